@@ -1,0 +1,230 @@
+package fingerprint_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/coalesce-io/coalesce/fingerprint"
+)
+
+var fuzzSeeds = []string{
+	`{"b":1,"a":2.0}`,
+	`{"tenant_id":42,"user":{"id":7,"name":"Ana"},"tags":["x","y"]}`,
+	`{"numbers":[333333333.33333329,1E30,4.50,2e-3,0.000000000000000000000000001],"string":"\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/","literals":[null,true,false]}`,
+	`{"\ue000":1,"\ud83d\ude00":2,"\u0080":[{"b":{},"a":[]}]}`,
+	`[9007199254740992,-0,1e21,1e-7,5e-324]`,
+	`"\ud83d\ude00"`,
+	`{"a":1,"a":2}`,
+	`[9007199254740993]`,
+	`[1e400]`,
+	"[\"\xff\"]",
+	`["\ud800"]`,
+	`{"a":[1,2`,
+	` null `,
+}
+
+// FuzzCanonicalFixedPoint: the canonical form canonicalizes to itself, has the
+// same fingerprint as the input, and matches jsontext (an independent RFC 8785
+// implementation) whenever both accept the input.
+func FuzzCanonicalFixedPoint(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		canon, err := fingerprint.Canonicalize(in)
+		oracle := jsontext.Value(bytes.Clone(in))
+		oracleErr := oracle.Canonicalize()
+		if err != nil {
+			code := fingerprint.Code(err)
+			if code == "" {
+				t.Fatalf("error without a kind: %v", err)
+			}
+			// Only our extra I-JSON checks may refuse what jsontext accepts.
+			if oracleErr == nil && code != "unsafe_integer" && code != "non_finite" && code != "too_deep" {
+				t.Fatalf("we refuse %q (%v) but jsontext accepts it as %s", in, err, oracle)
+			}
+			return
+		}
+		if oracleErr != nil {
+			t.Fatalf("we accept %q as %s but jsontext refuses it: %v", in, canon, oracleErr)
+		}
+		if !bytes.Equal(canon, oracle) {
+			t.Fatalf("canonical form of %q\n ours %s\n jsontext %s", in, canon, oracle)
+		}
+		again, err := fingerprint.Canonicalize(canon)
+		if err != nil || !bytes.Equal(again, canon) {
+			t.Fatalf("canonical form is not a fixed point: %s -> %s (%v)", canon, again, err)
+		}
+		a, err1 := fingerprint.FromJSON("t", in)
+		b, err2 := fingerprint.FromJSON("t", canon)
+		if err1 != nil || err2 != nil || a != b {
+			t.Fatalf("fingerprint of input %s (%v) != of canonical %s (%v)", a, err1, b, err2)
+		}
+	})
+}
+
+// FuzzPermutedMembers: reordering members, re-escaping strings and adding
+// whitespace never changes the fingerprint.
+func FuzzPermutedMembers(f *testing.F) {
+	for i, s := range fuzzSeeds {
+		f.Add([]byte(s), uint64(i))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, seed uint64) {
+		want, err := fingerprint.FromJSON("t", in)
+		if err != nil {
+			return
+		}
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(in))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("encoding/json refuses %q that fingerprint accepted: %v", in, err)
+		}
+		rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+		shuffled := writeShuffled(nil, v, rng)
+		got, err := fingerprint.FromJSON("t", shuffled)
+		if err != nil {
+			t.Fatalf("shuffled %s of %q refused: %v", shuffled, in, err)
+		}
+		if got != want {
+			t.Fatalf("shuffling %q into %s changed the fingerprint", in, shuffled)
+		}
+	})
+}
+
+// writeShuffled writes v as JSON with object members in random order, random
+// whitespace and strings escaped at random.
+func writeShuffled(b []byte, v any, rng *rand.Rand) []byte {
+	ws := func() {
+		for range rng.IntN(3) {
+			b = append(b, " \t\n\r"[rng.IntN(4)])
+		}
+	}
+	ws()
+	switch v := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = writeString(b, k, rng)
+			ws()
+			b = append(b, ':')
+			b = writeShuffled(b, v[k], rng)
+		}
+		b = append(b, '}')
+	case []any:
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = writeShuffled(b, e, rng)
+		}
+		b = append(b, ']')
+	case string:
+		b = writeString(b, v, rng)
+	case json.Number:
+		b = append(b, v...)
+	case bool:
+		b = strconv.AppendBool(b, v)
+	case nil:
+		b = append(b, "null"...)
+	}
+	ws()
+	return b
+}
+
+func writeString(b []byte, s string, rng *rand.Rand) []byte {
+	b = append(b, '"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\' || r < 0x20 || rng.IntN(4) == 0:
+			if r > 0xFFFF {
+				r1, r2 := utf16Pair(r)
+				b = appendU(b, r1)
+				b = appendU(b, r2)
+			} else {
+				b = appendU(b, r)
+			}
+		default:
+			b = utf8.AppendRune(b, r)
+		}
+	}
+	return append(b, '"')
+}
+
+func utf16Pair(r rune) (rune, rune) {
+	r -= 0x10000
+	return 0xD800 + (r>>10)&0x3FF, 0xDC00 + r&0x3FF
+}
+
+func appendU(b []byte, r rune) []byte {
+	const hex = "0123456789abcdef"
+	return append(b, '\\', 'u', hex[r>>12&0xF], hex[r>>8&0xF], hex[r>>4&0xF], hex[r&0xF])
+}
+
+// FuzzArbitraryBytes: any input either fingerprints or returns a classified
+// error; nothing panics, with or without key fields.
+func FuzzArbitraryBytes(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s), "tenant_id")
+	}
+	f.Fuzz(func(t *testing.T, in []byte, field string) {
+		for _, fields := range [][]string{nil, {field}, {field, "a"}} {
+			fp, err := fingerprint.FromJSON("t", in, fields...)
+			if err != nil {
+				var fe *fingerprint.Error
+				if !errors.As(err, &fe) || fe.Code() == "" {
+					t.Fatalf("unclassified error %v", err)
+				}
+				continue
+			}
+			if fp.IsZero() {
+				t.Fatal("zero fingerprint without error")
+			}
+		}
+	})
+}
+
+// FuzzEncodingJSONRoundTrip: args decoded with encoding/json and encoded again
+// (through Of, or json.Marshal and FromJSON) keep their fingerprint.
+func FuzzEncodingJSONRoundTrip(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		want, err := fingerprint.FromJSON("t", in)
+		if err != nil {
+			return
+		}
+		var v any
+		if err := json.Unmarshal(in, &v); err != nil {
+			t.Fatalf("encoding/json refuses %q: %v", in, err)
+		}
+		got, err := fingerprint.Of("t", v)
+		if err != nil || got != want {
+			t.Fatalf("Of(decoded %q) = %s, %v; want %s", in, got, err, want)
+		}
+		raw, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := fingerprint.FromJSON("t", raw); err != nil || got != want {
+			t.Fatalf("FromJSON(json.Marshal(decoded %q)) = %s, %v; want %s", in, got, err, want)
+		}
+	})
+}
