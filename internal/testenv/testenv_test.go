@@ -2,9 +2,12 @@ package testenv_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/internal/testenv"
 )
@@ -59,5 +62,33 @@ func TestPrivateRedisRestart(t *testing.T) {
 	}
 	if n := c.Exists(ctx, "k").Val(); n != 0 {
 		t.Fatalf("restarted server kept data: EXISTS = %d", n)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	c := testenv.SharedCluster(t).Client(t)
+	ctx := context.Background()
+	// Keys with one hash tag land in one slot and work in one MULTI.
+	p := testenv.Prefix(t)
+	_, err := c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, p+"{tag}a", 1, time.Minute)
+		pipe.Set(ctx, p+"{tag}b", 2, time.Minute)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keys spread over the three masters.
+	masters := map[string]bool{}
+	for i := range 64 {
+		addr, err := c.MasterForKey(ctx, fmt.Sprintf("%s%d", p, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[addr.Options().Addr] = true
+	}
+	if len(masters) != 3 {
+		t.Fatalf("64 keys reached %d masters, want 3", len(masters))
 	}
 }

@@ -1,0 +1,89 @@
+package debounce_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/testenv"
+)
+
+// benchCoalescer is a Coalescer on the shared real redis-server with a
+// publisher that does nothing: these benchmarks measure the decision.
+func benchCoalescer(b *testing.B, policy debounce.Policy) (*debounce.Coalescer, *redis.Client) {
+	b.Helper()
+	srv := testenv.SharedRedis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, PoolSize: 64})
+	b.Cleanup(func() { rdb.Close() })
+	c, err := debounce.New(debounce.Config{
+		Redis:     rdb,
+		Publisher: debounce.PublisherFunc(func(context.Context, debounce.Job) error { return nil }),
+		Policies:  []debounce.Policy{policy},
+		Prefix:    testenv.Prefix(b),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, rdb
+}
+
+// BenchmarkSubmit measures one decision against a real redis-server: the
+// coalesced path (every event joins one pending round per key) and the
+// scheduled path (every event opens a new round: a fresh key each time).
+func BenchmarkSubmit(b *testing.B) {
+	policies := map[string]debounce.Policy{
+		"debounce":            {Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, KeyFields: []string{"tenant_id"}},
+		"debounce_extend":     {Type: "t", Mode: debounce.ModeDebounce, Window: time.Minute, Extend: true, MaxWait: time.Hour, KeyFields: []string{"tenant_id"}},
+		"debounce_accumulate": {Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, Payload: debounce.PayloadAccumulate, ItemField: "order", MaxItems: 1 << 20, KeyFields: []string{"tenant_id"}},
+		"dedup":               {Type: "t", Mode: debounce.ModeDedup, KeyFields: []string{"tenant_id"}},
+	}
+	for _, name := range []string{"debounce", "debounce_extend", "debounce_accumulate", "dedup"} {
+		for _, path := range []string{"coalesced", "scheduled"} {
+			b.Run(name+"/"+path, func(b *testing.B) {
+				c, _ := benchCoalescer(b, policies[name])
+				ctx := context.Background()
+				var seq atomic.Int64
+				args := func() json.RawMessage {
+					n := seq.Add(1)
+					tenant := n % 1000
+					if path == "scheduled" {
+						tenant = n
+					}
+					return json.RawMessage(fmt.Sprintf(`{"tenant_id":"tenant-%d","order":%d}`, tenant, n%50))
+				}
+				// Warm: open the rounds the coalesced path joins.
+				for range 1000 {
+					if _, err := c.Submit(ctx, debounce.Event{Type: "t", Args: args()}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.Run("serial", func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						if _, err := c.Submit(ctx, debounce.Event{Type: "t", Args: args()}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				b.Run("parallel50", func(b *testing.B) {
+					b.ReportAllocs()
+					b.SetParallelism(25) // 25 x GOMAXPROCS(2) = 50 in flight
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							if _, err := c.Submit(ctx, debounce.Event{Type: "t", Args: args()}); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				})
+			})
+		}
+	}
+}

@@ -1,0 +1,541 @@
+package debounce
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coalesce-io/coalesce/fingerprint"
+)
+
+// Config configures a Coalescer. Redis is required; Publisher is required
+// for Submit (a worker that only releases rounds may leave it nil).
+type Config struct {
+	// Redis holds the reservations: a single node, Cluster or Sentinel
+	// client. Redis 7.0 or later (PEXPIRETIME).
+	Redis     redis.UniversalClient
+	Publisher Publisher
+	Policies  []Policy
+	// Prefix of reservation keys; default DefaultPrefix. A longer prefix
+	// costs 16 more bytes per round once the key passes 14 bytes.
+	Prefix string
+	// DueSlack: a round due within this much counts as due at release
+	// (default DefaultDueSlack). Schedules fire on the NATS server's clock
+	// and rounds are timed on the producers'; keep the clocks in sync.
+	DueSlack time.Duration
+	Now      func() time.Time // default time.Now
+	Logger   *slog.Logger     // default: discard
+	Hooks    Hooks
+}
+
+// DefaultDueSlack is how early a round may be released at start.
+const DefaultDueSlack = 100 * time.Millisecond
+
+// Hooks are called on the events worth counting; nil funcs are skipped. They
+// run on the caller's goroutine and must be fast (increment a counter).
+type Hooks struct {
+	// Decision is called for each event decided (err nil) or failed.
+	Decision func(jobType string, d Decision, err error, took time.Duration)
+	// StoreError is called when Redis fails during Submit; fail says
+	// whether the event was then bypassed (open) or refused (closed).
+	StoreError func(jobType string, fail FailMode, err error)
+	// PublishError is called when a publish fails.
+	PublishError func(jobType string, err error)
+	// Release is called for each release attempt at job start or finish.
+	Release func(jobType string, result ReleaseResult, summary Summary)
+}
+
+// Coalescer decides, per event, whether it opens a round or joins the one
+// pending, and publishes the rounds it opens. Safe for concurrent use.
+type Coalescer struct {
+	rdb      redis.UniversalClient
+	pub      Publisher
+	policies map[string]*compiled
+	prefix   string
+	slack    time.Duration
+	now      func() time.Time
+	log      *slog.Logger
+	hooks    Hooks
+}
+
+// compiled is a validated policy with what Submit needs precomputed.
+type compiled struct {
+	Policy
+	scheme     *fingerprint.Scheme
+	itemScheme *fingerprint.Scheme // accumulate with ItemField
+	itemPrefix int                 // bytes of `{"field":` in the item's canonical form
+	hash       bool                // hash layout (extend, last, accumulate)
+	unit       int64               // remaining unit of the packed round, ms
+	// Throttle with trailing: the trailing round lives until the window end
+	// plus this grace.
+	trailingGrace time.Duration
+}
+
+// lifetime is the TTL a round's Job carries: what its remaining unit is
+// computed from.
+func (p *compiled) lifetime() time.Duration {
+	if p.Mode == ModeThrottle {
+		return p.Window + p.trailingGrace
+	}
+	return p.TTL
+}
+
+// New validates the policies and returns a Coalescer.
+func New(cfg Config) (*Coalescer, error) {
+	if cfg.Redis == nil {
+		return nil, fmt.Errorf("%w: Config.Redis is required", ErrInvalidPolicy)
+	}
+	c := &Coalescer{
+		rdb:      cfg.Redis,
+		pub:      cfg.Publisher,
+		policies: make(map[string]*compiled, len(cfg.Policies)),
+		prefix:   cfg.Prefix,
+		slack:    cfg.DueSlack,
+		now:      cfg.Now,
+		log:      cfg.Logger,
+		hooks:    cfg.Hooks,
+	}
+	if c.prefix == "" {
+		c.prefix = DefaultPrefix
+	}
+	if err := validatePrefix(c.prefix); err != nil {
+		return nil, err
+	}
+	if c.slack == 0 {
+		c.slack = DefaultDueSlack
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	for _, p := range cfg.Policies {
+		cp, err := compile(p)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := c.policies[cp.Type]; dup {
+			return nil, &PolicyError{Type: cp.Type, Field: "type", Msg: "two policies for this job type; keep one"}
+		}
+		c.policies[cp.Type] = cp
+	}
+	return c, nil
+}
+
+func compile(p Policy) (*compiled, error) {
+	p = p.WithDefaults()
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	cp := &compiled{Policy: p}
+	var err error
+	if cp.scheme, err = fingerprint.NewScheme(p.Type, p.KeyFields...); err != nil {
+		return nil, &PolicyError{Type: p.Type, Field: "type", Msg: err.Error()}
+	}
+	if p.ItemField != "" {
+		cp.itemScheme, _ = fingerprint.NewScheme(p.Type, p.ItemField)
+		head, err := fingerprint.Canonicalize([]byte(`{` + strconv.Quote(p.ItemField) + `:0}`))
+		if err != nil {
+			return nil, &PolicyError{Type: p.Type, Field: "item_field", Msg: err.Error()}
+		}
+		cp.itemPrefix = len(head) - len("0}")
+	}
+	cp.hash = p.Extend || p.Payload != PayloadFirst
+	if p.Mode == ModeThrottle && p.Trailing {
+		cp.trailingGrace = DefaultGrace
+	}
+	cp.unit = unitFor(cp.lifetime())
+	return cp, nil
+}
+
+// Policy returns the policy (with defaults) for a job type.
+func (c *Coalescer) Policy(jobType string) (Policy, bool) {
+	p, ok := c.policies[jobType]
+	if !ok {
+		return Policy{}, false
+	}
+	return p.Policy, true
+}
+
+// Policies returns every policy, with defaults filled in.
+func (c *Coalescer) Policies() []Policy {
+	out := make([]Policy, 0, len(c.policies))
+	for _, p := range c.policies {
+		out = append(out, p.Policy)
+	}
+	return out
+}
+
+// Submit decides what to do with one event in one Redis round trip: open a
+// round (and publish it), join the pending one, or drop it by design. The
+// outcome is in the Decision; an error means the event was not accepted:
+// ErrInvalidEvent, ErrNoPolicy, ErrStoreUnavailable (fail closed), ErrPublish,
+// or the context's error.
+func (c *Coalescer) Submit(ctx context.Context, ev Event) (Decision, error) {
+	start := time.Now()
+	d, err := c.submit(ctx, ev)
+	if c.hooks.Decision != nil {
+		c.hooks.Decision(ev.Type, d, err, time.Since(start))
+	}
+	return d, err
+}
+
+// identify computes the fingerprint, the round key and (accumulate) the item.
+func (c *Coalescer) identify(p *compiled, ev Event) (fingerprint.Fingerprint, RoundKey, []byte, error) {
+	if len(bytes.TrimSpace(ev.Args)) == 0 {
+		return fingerprint.Fingerprint{}, RoundKey{}, nil, fmt.Errorf("%w: args: required; send {} when the job has none", ErrInvalidEvent)
+	}
+	fp, err := p.scheme.FromJSON(ev.Args)
+	if err != nil {
+		return fp, RoundKey{}, nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	key := RoundKey(fp)
+	if ev.Key != "" {
+		if len(ev.Key) > MaxExplicitKeyLen || !utf8.ValidString(ev.Key) {
+			return fp, key, nil, fmt.Errorf("%w: key: must be 1-%d bytes of UTF-8", ErrInvalidEvent, MaxExplicitKeyLen)
+		}
+		key = ExplicitKey(p.Type, ev.Key)
+	}
+	if p.Payload != PayloadAccumulate {
+		return fp, key, nil, nil
+	}
+	if p.itemScheme == nil {
+		item, err := fingerprint.Canonicalize(ev.Args)
+		return fp, key, item, err
+	}
+	wrapped, err := p.itemScheme.AppendCanonical(nil, ev.Args)
+	if err != nil {
+		return fp, key, nil, fmt.Errorf("%w: item_field: %w", ErrInvalidEvent, err)
+	}
+	return fp, key, wrapped[p.itemPrefix : len(wrapped)-1], nil
+}
+
+// reply is a script's answer, in either layout.
+type reply struct {
+	status    int // statusOpened, ...
+	token     Token
+	count     int
+	published bool
+	openedAt  time.Time
+	due       time.Time // zero: immediate
+	fire      bool      // accumulate filled: publish again, due now, with version
+	version   int
+	rkey      string // the Redis key the token belongs to (round or throttle window)
+}
+
+// Script statuses, shared by both layouts.
+const (
+	statusJoined    = 0
+	statusOpened    = 1
+	statusLeading   = 2
+	statusThrottled = 3
+	statusExtended  = 4
+)
+
+func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
+	p, ok := c.policies[ev.Type]
+	if !ok {
+		if err := fingerprint.ValidateType(ev.Type); err != nil {
+			return Decision{Type: ev.Type}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+		}
+		return Decision{Type: ev.Type}, fmt.Errorf("%w %q", ErrNoPolicy, ev.Type)
+	}
+	fp, key, item, err := c.identify(p, ev)
+	d := Decision{Type: ev.Type, Key: key, Fingerprint: fp}
+	if err != nil {
+		return d, err
+	}
+	now := c.now()
+	job := Job{
+		Type: p.Type, Key: key, Fingerprint: fp, Mode: p.Mode, Payload: p.Payload,
+		Args: ev.Args, TTL: p.lifetime(), TraceParent: ev.TraceParent,
+	}
+	var r reply
+	if p.hash {
+		r, err = c.openRound(ctx, p, key, now, ev.Args, item)
+	} else {
+		r, err = c.openPacked(ctx, p, key, now)
+	}
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return d, fmt.Errorf("debounce: submit %s %s: %w", p.Type, key, ctxErr)
+		}
+		return c.storeDown(ctx, p, d, job, now, err)
+	}
+	d.Round, d.Events = r.token, r.count
+	job.Token, job.OpenedAt, job.DueAt = r.token, r.openedAt, r.due
+
+	switch r.status {
+	case statusOpened, statusLeading:
+		d.Outcome = OutcomeScheduled
+		if r.due.IsZero() {
+			d.Outcome = OutcomePublished
+		}
+		d.DueAt = r.due
+		return c.publishOpened(ctx, p, d, job, r)
+	case statusThrottled:
+		d.Outcome = OutcomeThrottled
+	case statusExtended:
+		d.Outcome, d.DueAt = OutcomeExtended, r.due
+	default:
+		d.Outcome, d.DueAt = OutcomeCoalesced, r.due
+		if p.Mode == ModeDedup {
+			d.Outcome, d.DueAt = OutcomeDuplicate, time.Time{}
+		}
+	}
+	if !r.published {
+		// The opener has not confirmed its publish (it may be publishing now,
+		// or may have died): publish the round ourselves before we call this
+		// event accepted. The same token and version make it idempotent.
+		if err := c.publish(ctx, job); err != nil {
+			return d, err
+		}
+		c.markPublished(ctx, p, key, r)
+	}
+	if r.fire {
+		job.Version, job.DueAt = r.version, now
+		if err := c.publish(ctx, job); err != nil {
+			// The round stays published for its earlier due time; the event is
+			// in it, so it is still accepted.
+			c.log.WarnContext(ctx, "reschedule of a full round failed; it runs at its earlier due time",
+				"job_type", p.Type, "key", key.String(), "token", r.token.String(), "err", err)
+		}
+	}
+	return d, nil
+}
+
+// publishOpened publishes a round this event opened. On failure it backs the
+// reservation out (unless a joiner published the round meanwhile), so a retry
+// can open it again.
+func (c *Coalescer) publishOpened(ctx context.Context, p *compiled, d Decision, job Job, r reply) (Decision, error) {
+	pubErr := c.publish(ctx, job)
+	if pubErr == nil {
+		c.markPublished(ctx, p, d.Key, r)
+		return d, nil
+	}
+	kept, err := c.backout(ctx, r)
+	if err != nil {
+		return d, errors.Join(pubErr, fmt.Errorf("%w: backing out the round: %w", ErrStoreUnavailable, err))
+	}
+	if kept {
+		return d, nil // a joiner published it: this event is covered
+	}
+	return d, pubErr
+}
+
+func (c *Coalescer) publish(ctx context.Context, job Job) error {
+	if c.pub == nil {
+		return fmt.Errorf("%w: no Publisher configured", ErrPublish)
+	}
+	if err := c.pub.Publish(ctx, job); err != nil {
+		if c.hooks.PublishError != nil {
+			c.hooks.PublishError(job.Type, err)
+		}
+		return fmt.Errorf("%w: %s round %s of %s: %w", ErrPublish, job.Type, job.Token, job.Key, err)
+	}
+	return nil
+}
+
+// storeDown handles a Redis failure: publish without a reservation (fail
+// open) or refuse (fail closed).
+func (c *Coalescer) storeDown(ctx context.Context, p *compiled, d Decision, job Job, now time.Time, cause error) (Decision, error) {
+	if c.hooks.StoreError != nil {
+		c.hooks.StoreError(p.Type, p.Fail, cause)
+	}
+	storeErr := fmt.Errorf("%w: %s %s: %w", ErrStoreUnavailable, p.Type, d.Key, cause)
+	if p.Fail == FailClosed {
+		return d, storeErr
+	}
+	job.Token, job.OpenedAt = 0, now
+	if p.Mode == ModeDebounce {
+		job.DueAt = now.Add(p.Window)
+	}
+	if err := c.publish(ctx, job); err != nil {
+		return d, errors.Join(storeErr, err)
+	}
+	c.log.WarnContext(ctx, "redis unavailable, published without a reservation (fail open)",
+		"job_type", p.Type, "key", d.Key.String(), "err", cause)
+	d.Outcome, d.Events, d.DueAt = OutcomeBypassed, 1, job.DueAt
+	return d, nil
+}
+
+// keys returns the round key and, for throttle, the window key.
+func (c *Coalescer) keys(p *compiled, key RoundKey) []string {
+	if p.Mode == ModeThrottle {
+		return []string{redisKey(c.prefix, key, "t"), redisKey(c.prefix, key, "")}
+	}
+	return []string{redisKey(c.prefix, key, "")}
+}
+
+func newRnd() uint64 { return 1 + rand.Uint64N(1<<packRndBits-1) }
+
+func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, now time.Time) (reply, error) {
+	nowMs := now.UnixMilli()
+	rnd := newRnd()
+	expiry := now.Add(p.TTL).UnixMilli()
+	args := []any{uint64(packOpen(rnd, p.lifetime())), expiry, nowMs, p.unit}
+	if p.Mode == ModeThrottle {
+		wrnd := newRnd()
+		args = append(args, uint64(packOpen(wrnd, p.Window)), now.Add(p.Window).UnixMilli(),
+			boolArg(p.Trailing), p.trailingGrace.Milliseconds())
+	}
+	res, err := openPackedScript.Run(ctx, c.rdb, c.keys(p, key), args...).Int64Slice()
+	if err != nil {
+		return reply{}, err
+	}
+	if len(res) != 3 {
+		return reply{}, fmt.Errorf("open_packed: unexpected reply %v", res)
+	}
+	v, exp := packed(res[1]), res[2]
+	keys := c.keys(p, key)
+	r := reply{
+		status:    int(res[0]),
+		token:     packedToken(exp, v.rnd()),
+		count:     v.count(),
+		published: v.published(),
+		rkey:      keys[0],
+	}
+	if r.status == statusLeading || r.status == statusThrottled {
+		r.rkey = keys[1]
+	}
+	switch {
+	case r.status == statusLeading || r.status == statusThrottled:
+		r.openedAt = msTime(exp).Add(-p.Window)
+	case p.Mode == ModeDebounce:
+		r.openedAt = msTime(exp).Add(-p.TTL)
+		r.due = r.openedAt.Add(p.Window)
+	case p.Mode == ModeThrottle: // the trailing round, due at the window's end
+		r.due = msTime(exp).Add(-p.trailingGrace)
+		r.openedAt = now
+		if r.status == statusJoined {
+			r.openedAt = r.due.Add(-p.Window)
+		}
+	default: // dedup: immediate
+		r.openedAt = msTime(exp).Add(-p.TTL)
+	}
+	return r, nil
+}
+
+func (c *Coalescer) openRound(ctx context.Context, p *compiled, key RoundKey, now time.Time, args, item []byte) (reply, error) {
+	nowMs := now.UnixMilli()
+	token := Token(hashTokenBit | rand.Uint64N(hashTokenBit))
+	var data []byte
+	switch p.Payload {
+	case PayloadLast:
+		data = args
+	case PayloadAccumulate:
+		data = item
+	}
+	extendWindow := int64(0)
+	if p.Extend {
+		extendWindow = p.Window.Milliseconds()
+	}
+	argv := []any{
+		strconv.FormatUint(uint64(token), 10), nowMs, now.Add(p.TTL).UnixMilli(), now.Add(p.Window).UnixMilli(),
+		extendWindow, p.MaxWait.Milliseconds(), string(p.Payload), data, p.MaxItems,
+	}
+	if p.Mode == ModeThrottle {
+		argv = append(argv, uint64(packOpen(newRnd(), p.Window)), now.Add(p.Window).UnixMilli(),
+			unitFor(p.Window), p.trailingGrace.Milliseconds())
+	}
+	res, err := openRoundScript.Run(ctx, c.rdb, c.keys(p, key), argv...).Slice()
+	if err != nil {
+		return reply{}, err
+	}
+	ints, err := int64s(res)
+	if err != nil {
+		return reply{}, fmt.Errorf("open_round: %w", err)
+	}
+	if ints[0] == statusLeading {
+		v := packed(ints[1])
+		return reply{
+			status: statusLeading, token: packedToken(ints[2], v.rnd()), count: 1,
+			openedAt: now, rkey: c.keys(p, key)[1],
+		}, nil
+	}
+	if len(ints) != 8 {
+		return reply{}, fmt.Errorf("open_round: unexpected reply %v", res)
+	}
+	return reply{
+		status:    int(ints[0]),
+		token:     Token(ints[1]),
+		count:     int(ints[2]),
+		openedAt:  msTime(ints[3]),
+		due:       msTime(ints[4]),
+		published: ints[5] == 1,
+		fire:      ints[6] == 1,
+		version:   int(ints[7]),
+		rkey:      c.keys(p, key)[0],
+	}, nil
+}
+
+// int64s converts a script reply of integers and decimal strings.
+func int64s(res []any) ([]int64, error) {
+	out := make([]int64, len(res))
+	for i, x := range res {
+		switch v := x.(type) {
+		case int64:
+			out[i] = v
+		case string:
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("reply element %d %q is not a number", i, v)
+			}
+			out[i] = int64(n)
+		default:
+			return nil, fmt.Errorf("reply element %d has type %T", i, x)
+		}
+	}
+	return out, nil
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// markPublished records that the round's job is published, so joiners stop
+// covering it. A failure only costs extra (idempotent) publishes: logged.
+func (c *Coalescer) markPublished(ctx context.Context, p *compiled, key RoundKey, r reply) {
+	var err error
+	if r.token.isHashToken() {
+		err = markRoundScript.Run(ctx, c.rdb, []string{r.rkey}, strconv.FormatUint(uint64(r.token), 10)).Err()
+	} else {
+		exp, rnd := r.token.packedParts()
+		err = markPackedScript.Run(ctx, c.rdb, []string{r.rkey}, exp, rnd).Err()
+	}
+	if err != nil {
+		c.log.WarnContext(ctx, "could not mark the round published; joiners will publish it again (idempotently)",
+			"job_type", p.Type, "key", key.String(), "token", r.token.String(), "err", err)
+	}
+}
+
+// backout undoes a round whose publish failed, unless a joiner has published
+// it meanwhile (kept).
+func (c *Coalescer) backout(ctx context.Context, r reply) (kept bool, err error) {
+	if r.token.isHashToken() {
+		res, err := takeRoundScript.Run(ctx, c.rdb, []string{r.rkey},
+			strconv.FormatUint(uint64(r.token), 10), 0, 0, "backout").Slice()
+		if err != nil {
+			return false, err
+		}
+		return len(res) > 0 && res[0] == int64(3), nil
+	}
+	exp, rnd := r.token.packedParts()
+	res, err := releasePackedScript.Run(ctx, c.rdb, []string{r.rkey}, exp, rnd, "1").Int64Slice()
+	if err != nil {
+		return false, err
+	}
+	return len(res) > 0 && res[0] == 2, nil
+}

@@ -1,0 +1,25 @@
+package debounce
+
+import "errors"
+
+// Sentinel errors; match with errors.Is. Returned errors wrap them with the
+// operation, job type and key.
+var (
+	// ErrStoreUnavailable: Redis could not be reached or failed; under
+	// fail: closed nothing was published.
+	ErrStoreUnavailable = errors.New("debounce: store unavailable")
+	// ErrPublish: the round could not be published; its reservation was
+	// released, so a retry of Submit can open it again.
+	ErrPublish = errors.New("debounce: publish failed")
+	// ErrInvalidPolicy: a policy cannot be used (see PolicyError).
+	ErrInvalidPolicy = errors.New("debounce: invalid policy")
+	// ErrNoPolicy: no policy is configured for the event's job type.
+	ErrNoPolicy = errors.New("debounce: no policy for job type")
+	// ErrInvalidEvent: the event's type, args or key are not acceptable.
+	ErrInvalidEvent = errors.New("debounce: invalid event")
+	// ErrInvalidToken: a round token is not 16 hex digits.
+	ErrInvalidToken = errors.New("debounce: invalid round token")
+	// ErrEvictionPolicy: Redis may evict keys (maxmemory-policy allkeys-*),
+	// which silently ends reservations.
+	ErrEvictionPolicy = errors.New("debounce: redis may evict reservations")
+)

@@ -1,0 +1,74 @@
+package debounce_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coalesce-io/coalesce/debounce"
+)
+
+// A storm of "recompute tenant 42" events becomes one job, due 30 seconds
+// after the first; the worker closes the round as the job starts.
+func Example() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	// miniredis's TTLs stand still unless moved; freeze its clock too, so
+	// expiry times (part of every round's token) read back exactly.
+	mr.SetTime(time.Now())
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true})
+	defer rdb.Close()
+
+	var published []debounce.Job
+	c, err := debounce.New(debounce.Config{
+		Redis: rdb,
+		Publisher: debounce.PublisherFunc(func(_ context.Context, job debounce.Job) error {
+			published = append(published, job) // the JetStream publisher in real life
+			return nil
+		}),
+		Policies: []debounce.Policy{{
+			Type:      "recompute_financials",
+			Mode:      debounce.ModeDebounce,
+			Window:    30 * time.Second,
+			KeyFields: []string{"tenant_id"},
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for order := range 5 {
+		args := fmt.Sprintf(`{"tenant_id":42,"order_id":%d}`, 1000+order)
+		d, err := c.Submit(ctx, debounce.Event{Type: "recompute_financials", Args: json.RawMessage(args)})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(d.Outcome, d.Events)
+	}
+	job := published[0]
+	fmt.Printf("%d job, due %v after its first event, args %s\n", len(published), job.DueAt.Sub(job.OpenedAt), job.Args)
+
+	rel, err := c.Start(ctx, job) // in the worker, before the handler runs
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(rel.Result, rel.Summary.Events, "events")
+	d, _ := c.Submit(ctx, debounce.Event{Type: "recompute_financials", Args: json.RawMessage(`{"tenant_id":42}`)})
+	fmt.Println("next event:", d.Outcome)
+	// Output:
+	// scheduled 1
+	// coalesced 2
+	// coalesced 3
+	// coalesced 4
+	// coalesced 5
+	// 1 job, due 30s after its first event, args {"tenant_id":42,"order_id":1000}
+	// released 5 events
+	// next event: scheduled
+}

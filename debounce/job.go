@@ -1,0 +1,88 @@
+package debounce
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/coalesce-io/coalesce/fingerprint"
+)
+
+// Token fences a round: every release, extend or cancel names the token of
+// the round it means, and changes nothing when the round now in Redis has
+// another. Its text form is 16 lowercase hex digits.
+type Token uint64
+
+// String returns the token as 16 lowercase hex digits ("" for the zero token).
+func (t Token) String() string {
+	if t == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%016x", uint64(t))
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (t Token) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (t *Token) UnmarshalText(b []byte) error {
+	p, err := ParseToken(string(b))
+	if err != nil {
+		return err
+	}
+	*t = p
+	return nil
+}
+
+// ParseToken reads a token from its hex form; "" is the zero token.
+func ParseToken(s string) (Token, error) {
+	if s == "" {
+		return 0, nil
+	}
+	if len(s) > 16 {
+		return 0, fmt.Errorf("%w: round token %q is longer than 16 hex digits", ErrInvalidToken, s)
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: round token %q is not hex", ErrInvalidToken, s)
+	}
+	return Token(v), nil
+}
+
+// Job is one round made into a job: what a Publisher sends. The worker gets
+// the same fields back from the message (see package worker).
+type Job struct {
+	Type        string
+	Key         RoundKey                // identifies the round's key
+	Fingerprint fingerprint.Fingerprint // fp1 of the opening event's args (or key fields)
+	Token       Token                   // zero when bypassed (no reservation)
+	Mode        Mode
+	Payload     Payload
+	Args        json.RawMessage // args of the opening event; last/accumulate payloads are taken at release
+	OpenedAt    time.Time       // first event of the round
+	DueAt       time.Time       // when the job should start; zero means now
+	TTL         time.Duration   // reservation lifetime, for decoding the summary at release
+	TraceParent string          // W3C traceparent of the opening event, if any
+	// Version counts publishes of the same round (0 first): a reschedule
+	// (extend, fire-now) publishes a new version so a message id made of
+	// token and version is never swallowed as a duplicate of the last one.
+	Version int
+}
+
+// Immediate reports whether the job is meant to run now rather than at DueAt.
+func (j Job) Immediate() bool { return j.DueAt.IsZero() }
+
+// Publisher sends jobs. The JetStream implementation is in package publisher;
+// Submit calls Publish when an event opens a round (and, fail-open, when the
+// store is down). Publish must be idempotent for the same Token and Version.
+type Publisher interface {
+	Publish(ctx context.Context, job Job) error
+}
+
+// PublisherFunc adapts a function to Publisher.
+type PublisherFunc func(ctx context.Context, job Job) error
+
+// Publish calls f.
+func (f PublisherFunc) Publish(ctx context.Context, job Job) error { return f(ctx, job) }

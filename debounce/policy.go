@@ -1,0 +1,307 @@
+package debounce
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coalesce-io/coalesce/fingerprint"
+)
+
+// Mode is how a job type's events become rounds.
+type Mode string
+
+// Modes.
+const (
+	// ModeDedup publishes the first event's job at once and drops the
+	// duplicates that arrive while the reservation holds (see Until).
+	ModeDedup Mode = "dedup"
+	// ModeThrottle publishes the first event of each window at once (the
+	// leading edge) and drops the rest, or with Trailing gathers them into
+	// one more job at the window's end.
+	ModeThrottle Mode = "throttle"
+	// ModeDebounce schedules one job Window after the first event; events
+	// until it starts join it. With Extend, each event pushes the job to
+	// Window after itself, but never past MaxWait after the first event.
+	ModeDebounce Mode = "debounce"
+)
+
+// Payload is which args the job of a round receives.
+type Payload string
+
+// Payload kinds.
+const (
+	PayloadFirst      Payload = "first"      // args of the event that opened the round
+	PayloadLast       Payload = "last"       // args of the latest event, taken at release
+	PayloadAccumulate Payload = "accumulate" // every distinct args (or ItemField of them), up to MaxItems
+)
+
+// Until is when a dedup reservation is released.
+type Until string
+
+// Release points of a dedup reservation.
+const (
+	UntilStart   Until = "start"   // when the job starts: duplicates during the run are new work
+	UntilSuccess Until = "success" // when the job succeeds: retries keep duplicates out
+	UntilExpiry  Until = "expiry"  // never early: TTL is the dedup window
+)
+
+// FailMode is what Submit does when Redis cannot be reached.
+type FailMode string
+
+// Store failure modes.
+const (
+	FailOpen   FailMode = "open"   // publish anyway without a reservation (outcome bypassed): duplicates, nothing lost
+	FailClosed FailMode = "closed" // return ErrStoreUnavailable and publish nothing
+)
+
+// Defaults and limits.
+const (
+	// DefaultGrace is how long a debounce reservation outlives the job's due
+	// time by default: room for schedule lateness and a queue of jobs before
+	// the worker starts it and releases the round.
+	DefaultGrace = 5 * time.Minute
+	// MinGrace is the least a TTL may exceed the latest due time. JetStream
+	// schedules fire up to about half a second late under load.
+	MinGrace = 2 * time.Second
+	// MinWindow is the shortest debounce window or trailing throttle window:
+	// schedules fire up to ~0.5 s late, so shorter windows cannot be honoured.
+	MinWindow = time.Second
+	// DefaultDedupTTL bounds a dedup reservation released at start or success.
+	DefaultDedupTTL = time.Hour
+	// DefaultMaxItems caps an accumulated payload.
+	DefaultMaxItems = 1000
+	// MaxTTL is the longest reservation accepted.
+	MaxTTL = 30 * 24 * time.Hour
+)
+
+// Policy says how the events of one job type become jobs. The zero values of
+// the optional fields take the defaults above; Validate says what is wrong.
+type Policy struct {
+	Type string // job type, as in fingerprint.ValidateType
+	Mode Mode
+
+	// Window: debounce delay (from the first event, or from each event with
+	// Extend); throttle window length. Not used by dedup.
+	Window time.Duration
+	// TTL bounds the reservation. Debounce: at least the latest due time plus
+	// MinGrace (default: that due time plus DefaultGrace). Dedup: the dedup
+	// window for Until expiry, a safety bound otherwise (default
+	// DefaultDedupTTL). Throttle: leave zero; the window is the TTL.
+	TTL time.Duration
+	// Extend (debounce only): each event pushes the due time to event+Window,
+	// capped at first event+MaxWait. MaxWait is then required.
+	Extend  bool
+	MaxWait time.Duration
+
+	Payload   Payload // default first
+	MaxItems  int     // accumulate: reaching it fires the round now (default DefaultMaxItems)
+	ItemField string  // accumulate: collect this top-level member of args instead of the whole args
+
+	// KeyFields: top-level members of args that identify the effect (say
+	// tenant_id); empty means all of args. An event's explicit key overrides.
+	KeyFields []string
+
+	Until    Until    // dedup only; default start
+	Trailing bool     // throttle only: one more job at the window's end for the events dropped
+	Fail     FailMode // default open
+}
+
+// PolicyError says which field of which policy is wrong and what to change.
+type PolicyError struct {
+	Type  string // job type of the policy ("" if that is what is missing)
+	Field string // policy field, as in the daemon's YAML: mode, window, ttl, ...
+	Msg   string
+}
+
+func (e *PolicyError) Error() string {
+	t := e.Type
+	if t == "" {
+		t = "(no type)"
+	}
+	return fmt.Sprintf("policy %s: %s: %s", t, e.Field, e.Msg)
+}
+
+// Unwrap lets errors.Is match ErrInvalidPolicy.
+func (e *PolicyError) Unwrap() error { return ErrInvalidPolicy }
+
+// WithDefaults returns the policy with its zero optional fields filled in.
+func (p Policy) WithDefaults() Policy {
+	if p.Payload == "" {
+		p.Payload = PayloadFirst
+	}
+	if p.Fail == "" {
+		p.Fail = FailOpen
+	}
+	if p.Payload == PayloadAccumulate && p.MaxItems == 0 {
+		p.MaxItems = DefaultMaxItems
+	}
+	switch p.Mode {
+	case ModeDedup:
+		if p.Until == "" {
+			p.Until = UntilStart
+		}
+		if p.TTL == 0 && p.Until != UntilExpiry {
+			p.TTL = DefaultDedupTTL
+		}
+	case ModeDebounce:
+		if p.TTL == 0 {
+			p.TTL = p.latestDue() + DefaultGrace
+		}
+	case ModeThrottle:
+		if p.TTL == 0 {
+			p.TTL = p.Window
+		}
+	}
+	return p
+}
+
+// latestDue is the longest a round can wait from its first event.
+func (p Policy) latestDue() time.Duration {
+	if p.Extend {
+		return p.MaxWait
+	}
+	return p.Window
+}
+
+// Validate checks a policy after WithDefaults and returns a *PolicyError for
+// the first problem, saying what to change.
+func (p Policy) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &PolicyError{Type: p.Type, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if err := fingerprint.ValidateType(p.Type); err != nil {
+		return bad("type", "%s", strings.TrimPrefix(err.Error(), "type: "))
+	}
+	switch p.Mode {
+	case ModeDedup, ModeThrottle, ModeDebounce:
+	case "":
+		return bad("mode", "missing; set dedup, throttle or debounce")
+	default:
+		return bad("mode", "%q is not a mode; use dedup, throttle or debounce", p.Mode)
+	}
+	switch p.Payload {
+	case PayloadFirst, PayloadLast, PayloadAccumulate:
+	default:
+		return bad("payload", "%q is not a payload; use first, last or accumulate", p.Payload)
+	}
+	switch p.Fail {
+	case FailOpen, FailClosed:
+	default:
+		return bad("fail", "%q is not a failure mode; use open or closed", p.Fail)
+	}
+	for i, f := range p.KeyFields {
+		if f == "" {
+			return bad("key_fields", "entry %d is empty; list top-level member names such as tenant_id", i)
+		}
+		if slices.Contains(p.KeyFields[:i], f) {
+			return bad("key_fields", "%q is listed twice", f)
+		}
+	}
+	if p.TTL < 0 || p.Window < 0 || p.MaxWait < 0 {
+		return bad("ttl", "durations must not be negative")
+	}
+	if p.TTL > MaxTTL {
+		return bad("ttl", "%v is longer than the %v limit", p.TTL, MaxTTL)
+	}
+	if p.Payload != PayloadAccumulate {
+		if p.MaxItems != 0 {
+			return bad("max_items", "only applies to payload accumulate; remove it or set payload: accumulate")
+		}
+		if p.ItemField != "" {
+			return bad("item_field", "only applies to payload accumulate; remove it or set payload: accumulate")
+		}
+	} else if p.MaxItems < 1 {
+		return bad("max_items", "%d must be at least 1", p.MaxItems)
+	}
+	if p.Mode != ModeDedup && p.Until != "" {
+		return bad("until", "only applies to mode dedup; remove it")
+	}
+	if p.Mode != ModeThrottle && p.Trailing {
+		return bad("trailing", "only applies to mode throttle; remove it")
+	}
+	if p.Mode != ModeDebounce && (p.Extend || p.MaxWait != 0) {
+		field := "extend"
+		if !p.Extend {
+			field = "max_wait"
+		}
+		return bad(field, "only applies to mode debounce; remove it or set mode: debounce")
+	}
+	switch p.Mode {
+	case ModeDedup:
+		return p.validateDedup(bad)
+	case ModeThrottle:
+		return p.validateThrottle(bad)
+	default:
+		return p.validateDebounce(bad)
+	}
+}
+
+type badFunc func(field, format string, args ...any) error
+
+func (p Policy) validateDedup(bad badFunc) error {
+	switch p.Until {
+	case UntilStart, UntilSuccess, UntilExpiry:
+	default:
+		return bad("until", "%q is not a release point; use start, success or expiry", p.Until)
+	}
+	if p.Window != 0 {
+		return bad("window", "dedup publishes at once and has no window; the dedup window is ttl")
+	}
+	if p.TTL == 0 {
+		return bad("ttl", "required with until: expiry (it is the dedup window), e.g. ttl: 24h")
+	}
+	if p.TTL < time.Millisecond {
+		return bad("ttl", "%v is shorter than 1ms", p.TTL)
+	}
+	if p.Payload != PayloadFirst {
+		return bad("payload", "dedup publishes the first event at once; %s needs a delayed round: use mode debounce or throttle with trailing", p.Payload)
+	}
+	return nil
+}
+
+func (p Policy) validateThrottle(bad badFunc) error {
+	if p.Window == 0 {
+		return bad("window", "required: the throttle window, e.g. window: 10s")
+	}
+	if p.Window < time.Millisecond {
+		return bad("window", "%v is shorter than 1ms", p.Window)
+	}
+	if p.TTL != p.Window {
+		return bad("ttl", "throttle keeps its reservation for exactly the window; remove ttl")
+	}
+	if p.Trailing && p.Window < MinWindow {
+		return bad("window", "%v is too short for a trailing round: schedules fire up to ~0.5s late; use at least %v or drop trailing", p.Window, MinWindow)
+	}
+	if !p.Trailing && p.Payload != PayloadFirst {
+		return bad("payload", "%s only applies to the trailing round; set trailing: true or payload: first", p.Payload)
+	}
+	return nil
+}
+
+func (p Policy) validateDebounce(bad badFunc) error {
+	if p.Window == 0 {
+		return bad("window", "required: how long to wait for more events, e.g. window: 30s")
+	}
+	if p.Window < MinWindow {
+		return bad("window", "%v is shorter than %v: JetStream schedules fire up to ~0.5s late, so the window could not be honoured; use at least %v, or mode dedup to publish at once", p.Window, MinWindow, MinWindow)
+	}
+	if !p.Extend && p.MaxWait != 0 {
+		return bad("max_wait", "only applies with extend: true; remove it or set extend: true")
+	}
+	if p.Extend {
+		if p.MaxWait == 0 {
+			return bad("max_wait", "required with extend: without it a key that never goes quiet is never run; e.g. max_wait: 5m")
+		}
+		if p.MaxWait < p.Window {
+			return bad("max_wait", "%v is shorter than the window %v; the round could never be extended", p.MaxWait, p.Window)
+		}
+	}
+	latest := p.latestDue()
+	if p.TTL < latest+MinGrace {
+		return bad("ttl", "%v is shorter than the latest due time (%v after the first event) plus %v grace: the reservation would expire before the job starts and a second round would open; use at least %v or leave ttl unset",
+			p.TTL, latest, MinGrace, latest+MinGrace)
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package debounce_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coalesce-io/coalesce/debounce"
+)
+
+func TestPolicyValidation(t *testing.T) {
+	t.Parallel()
+	s := time.Second
+	tests := []struct {
+		name   string
+		p      debounce.Policy
+		field  string // "" means valid
+		msgHas string
+	}{
+		{"debounce", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 30 * s}, "", ""},
+		{"debounce extend", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 30 * s, Extend: true, MaxWait: 5 * time.Minute}, "", ""},
+		{"accumulate", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, Payload: debounce.PayloadAccumulate, ItemField: "id"}, "", ""},
+		{"dedup", debounce.Policy{Type: "t", Mode: debounce.ModeDedup}, "", ""},
+		{"dedup until expiry", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Until: debounce.UntilExpiry, TTL: 24 * time.Hour}, "", ""},
+		{"throttle trailing last", debounce.Policy{Type: "t", Mode: debounce.ModeThrottle, Window: 10 * s, Trailing: true, Payload: debounce.PayloadLast}, "", ""},
+		{"throttle sub-second", debounce.Policy{Type: "t", Mode: debounce.ModeThrottle, Window: 100 * time.Millisecond}, "", ""},
+
+		{"bad type", debounce.Policy{Type: "send email", Mode: debounce.ModeDedup}, "type", `"send email" has ' '`},
+		{"no mode", debounce.Policy{Type: "t"}, "mode", "missing; set dedup, throttle or debounce"},
+		{"unknown mode", debounce.Policy{Type: "t", Mode: "delay"}, "mode", `"delay" is not a mode`},
+		{"unknown payload", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, Payload: "all"}, "payload", `"all" is not a payload`},
+		{"unknown fail", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Fail: "maybe"}, "fail", "use open or closed"},
+		{"debounce without window", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce}, "window", "required"},
+		{"debounce window under 1s", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 500 * time.Millisecond}, "window", "fire up to ~0.5s late"},
+		{"extend without max wait", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, Extend: true}, "max_wait", "never run"},
+		{"max wait under window", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 10 * s, Extend: true, MaxWait: 5 * s}, "max_wait", "shorter than the window"},
+		{"ttl shorter than window plus grace", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 30 * s, TTL: 31 * s}, "ttl", "use at least 32s"},
+		{"ttl shorter than max wait plus grace", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 30 * s, Extend: true, MaxWait: time.Minute, TTL: 45 * s}, "ttl", "use at least 1m2s"},
+		{"max wait without extend", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, MaxWait: time.Minute}, "max_wait", "only applies"},
+		{"extend on dedup", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Extend: true}, "extend", "only applies to mode debounce"},
+		{"dedup with window", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Window: s}, "window", "the dedup window is ttl"},
+		{"dedup until expiry without ttl", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Until: debounce.UntilExpiry}, "ttl", "required with until: expiry"},
+		{"dedup with last", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Payload: debounce.PayloadLast}, "payload", "use mode debounce"},
+		{"unknown until", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Until: "done"}, "until", `"done" is not a release point`},
+		{"until on debounce", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, Until: debounce.UntilStart}, "until", "only applies to mode dedup"},
+		{"throttle without window", debounce.Policy{Type: "t", Mode: debounce.ModeThrottle}, "window", "required"},
+		{"throttle with ttl", debounce.Policy{Type: "t", Mode: debounce.ModeThrottle, Window: s, TTL: time.Hour}, "ttl", "remove ttl"},
+		{"throttle trailing under 1s", debounce.Policy{Type: "t", Mode: debounce.ModeThrottle, Window: 500 * time.Millisecond, Trailing: true}, "window", "trailing"},
+		{"throttle last without trailing", debounce.Policy{Type: "t", Mode: debounce.ModeThrottle, Window: s, Payload: debounce.PayloadLast}, "payload", "set trailing: true"},
+		{"trailing on debounce", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, Trailing: true}, "trailing", "only applies to mode throttle"},
+		{"max items without accumulate", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, MaxItems: 5}, "max_items", "only applies to payload accumulate"},
+		{"item field without accumulate", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, ItemField: "id"}, "item_field", "only applies"},
+		{"negative max items", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, Payload: debounce.PayloadAccumulate, MaxItems: -1}, "max_items", "at least 1"},
+		{"empty key field", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, KeyFields: []string{"a", ""}}, "key_fields", "entry 1 is empty"},
+		{"repeated key field", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, KeyFields: []string{"a", "a"}}, "key_fields", "listed twice"},
+		{"ttl over the limit", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, TTL: 365 * 24 * time.Hour}, "ttl", "limit"},
+		{"negative window", debounce.Policy{Type: "t", Mode: debounce.ModeThrottle, Window: -s}, "ttl", "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.p.WithDefaults().Validate()
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("valid policy refused: %v", err)
+				}
+				return
+			}
+			var pe *debounce.PolicyError
+			if !errors.As(err, &pe) || !errors.Is(err, debounce.ErrInvalidPolicy) {
+				t.Fatalf("error %v, want a *PolicyError", err)
+			}
+			if pe.Field != tt.field || !strings.Contains(err.Error(), tt.msgHas) {
+				t.Errorf("got %q (field %s), want field %s and %q", err, pe.Field, tt.field, tt.msgHas)
+			}
+		})
+	}
+}
+
+func TestPolicyDefaults(t *testing.T) {
+	t.Parallel()
+	p := debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 30 * time.Second}.WithDefaults()
+	if p.TTL != 30*time.Second+debounce.DefaultGrace || p.Payload != debounce.PayloadFirst || p.Fail != debounce.FailOpen {
+		t.Errorf("debounce defaults: %+v", p)
+	}
+	p = debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: time.Second, Extend: true, MaxWait: time.Minute}.WithDefaults()
+	if p.TTL != time.Minute+debounce.DefaultGrace {
+		t.Errorf("extend TTL default %v", p.TTL)
+	}
+	p = debounce.Policy{Type: "t", Mode: debounce.ModeDedup}.WithDefaults()
+	if p.Until != debounce.UntilStart || p.TTL != debounce.DefaultDedupTTL {
+		t.Errorf("dedup defaults: %+v", p)
+	}
+	p = debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadAccumulate}.WithDefaults()
+	if p.MaxItems != debounce.DefaultMaxItems {
+		t.Errorf("accumulate max items default %d", p.MaxItems)
+	}
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	_, rdb := miniClient(t)
+	if _, err := debounce.New(debounce.Config{}); !errors.Is(err, debounce.ErrInvalidPolicy) {
+		t.Errorf("no Redis: %v", err)
+	}
+	if _, err := debounce.New(debounce.Config{Redis: rdb, Prefix: "a{b"}); err == nil || !strings.Contains(err.Error(), "must not contain") {
+		t.Errorf("prefix with a brace: %v", err)
+	}
+	two := []debounce.Policy{{Type: "t", Mode: debounce.ModeDedup}, {Type: "t", Mode: debounce.ModeDedup}}
+	if _, err := debounce.New(debounce.Config{Redis: rdb, Policies: two}); err == nil || !strings.Contains(err.Error(), "two policies") {
+		t.Errorf("two policies for one type: %v", err)
+	}
+	bad := []debounce.Policy{{Type: "t", Mode: debounce.ModeDebounce}}
+	if _, err := debounce.New(debounce.Config{Redis: rdb, Policies: bad}); err == nil || err.Error() != "policy t: window: required: how long to wait for more events, e.g. window: 30s" {
+		t.Errorf("bad policy: %v", err)
+	}
+}

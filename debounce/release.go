@@ -1,0 +1,294 @@
+package debounce
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ReleaseResult is what closing a round found.
+type ReleaseResult string
+
+// Release results.
+const (
+	// ReleaseReleased: the round was still the job's and is now closed;
+	// events from now on open the next round.
+	ReleaseReleased ReleaseResult = "released"
+	// ReleaseStaleToken: another round holds the key (the job's reservation
+	// expired and a new round opened); nothing was changed.
+	ReleaseStaleToken ReleaseResult = "stale_token"
+	// ReleaseMissing: no round holds the key (expired, or already released
+	// by an earlier delivery of the same job).
+	ReleaseMissing ReleaseResult = "missing"
+	// ReleaseNotDue: the round was extended past now; publish the job again
+	// for DueAt with Version and do not run it yet.
+	ReleaseNotDue ReleaseResult = "not_due"
+	// ReleaseSkipped: nothing to release at this point: a throttle leading
+	// job (the window ends by itself), dedup until success or expiry at
+	// start, a bypassed job.
+	ReleaseSkipped ReleaseResult = "skipped"
+)
+
+// Summary describes a round as its job starts.
+type Summary struct {
+	Events    int       `json:"events"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+	// Payload is the latest event's args (payload last).
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Items are the distinct accumulated items, canonical JSON (payload accumulate).
+	Items []json.RawMessage `json:"items,omitempty"`
+}
+
+// Release is the answer to Start or Finish.
+type Release struct {
+	Result  ReleaseResult
+	Summary Summary   // when released (and, from the job alone, when skipped)
+	DueAt   time.Time // not due: the new due time
+	Version int       // not due: publish the schedule again with this version
+}
+
+// Start closes the job's round as its job starts, so that events from now on
+// open the next round, and returns the round's summary. For an extended round
+// not yet due it returns ReleaseNotDue: publish the job again and ack this
+// delivery without running it. Call it before the handler runs.
+func (c *Coalescer) Start(ctx context.Context, job Job) (Release, error) {
+	p := c.policies[job.Type]
+	switch {
+	case job.Token == 0,
+		job.Mode == ModeThrottle && job.Immediate(),
+		job.Mode == ModeDedup && p != nil && p.Until != UntilStart:
+		return c.skipped(job), nil
+	}
+	return c.release(ctx, job, "take")
+}
+
+// Finish is called after the handler: succeeded, or failed for the last time
+// (no retry will follow). It releases dedup reservations held until success;
+// for everything else there is nothing to do.
+func (c *Coalescer) Finish(ctx context.Context, job Job, succeeded, final bool) (Release, error) {
+	p := c.policies[job.Type]
+	if job.Token == 0 || job.Mode != ModeDedup || p == nil || p.Until != UntilSuccess || !succeeded && !final {
+		return Release{Result: ReleaseSkipped}, nil
+	}
+	return c.release(ctx, job, "take")
+}
+
+func (c *Coalescer) skipped(job Job) Release {
+	return Release{Result: ReleaseSkipped, Summary: Summary{Events: 1, FirstSeen: job.OpenedAt, LastSeen: job.OpenedAt}}
+}
+
+// jobRedisKey is the Redis key of the job's round.
+func (c *Coalescer) jobRedisKey(job Job) string {
+	suffix := ""
+	if job.Mode == ModeThrottle && !job.Immediate() {
+		suffix = "t" // the trailing round
+	}
+	return redisKey(c.prefix, job.Key, suffix)
+}
+
+func (c *Coalescer) release(ctx context.Context, job Job, op string) (Release, error) {
+	rel, err := c.releaseRound(ctx, job, op)
+	if err != nil {
+		return rel, fmt.Errorf("%w: release %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
+	}
+	if c.hooks.Release != nil {
+		c.hooks.Release(job.Type, rel.Result, rel.Summary)
+	}
+	return rel, nil
+}
+
+func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Release, error) {
+	key := c.jobRedisKey(job)
+	if !job.Token.isHashToken() {
+		exp, rnd := job.Token.packedParts()
+		res, err := releasePackedScript.Run(ctx, c.rdb, []string{key}, exp, rnd, "0").Int64Slice()
+		if err != nil {
+			return Release{}, err
+		}
+		switch res[0] {
+		case 1:
+			v := packed(res[1])
+			last := msTime(exp - v.remaining()*unitFor(job.TTL))
+			first := job.OpenedAt
+			if last.Before(first) {
+				last = first
+			}
+			return Release{Result: ReleaseReleased, Summary: Summary{Events: v.count(), FirstSeen: first, LastSeen: last}}, nil
+		case -1:
+			return Release{Result: ReleaseStaleToken}, nil
+		default:
+			return Release{Result: ReleaseMissing}, nil
+		}
+	}
+	res, err := takeRoundScript.Run(ctx, c.rdb, []string{key},
+		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op).Slice()
+	if err != nil {
+		return Release{}, err
+	}
+	status, _ := res[0].(int64)
+	switch status {
+	case 1:
+		return Release{Result: ReleaseReleased, Summary: summaryFromHash(res[1:])}, nil
+	case 2:
+		due, _ := res[1].(int64)
+		version, _ := res[2].(int64)
+		return Release{Result: ReleaseNotDue, DueAt: msTime(due), Version: int(version)}, nil
+	case -1:
+		return Release{Result: ReleaseStaleToken}, nil
+	default:
+		return Release{Result: ReleaseMissing}, nil
+	}
+}
+
+// summaryFromHash reads the field/value pairs of a hash-layout round.
+func summaryFromHash(pairs []any) Summary {
+	var s Summary
+	for i := 0; i+1 < len(pairs); i += 2 {
+		f, _ := pairs[i].(string)
+		v, _ := pairs[i+1].(string)
+		switch {
+		case f == "n":
+			s.Events, _ = strconv.Atoi(v)
+		case f == "f":
+			ms, _ := strconv.ParseInt(v, 10, 64)
+			s.FirstSeen = msTime(ms)
+		case f == "l":
+			ms, _ := strconv.ParseInt(v, 10, 64)
+			s.LastSeen = msTime(ms)
+		case f == "a":
+			s.Payload = json.RawMessage(v)
+		case strings.HasPrefix(f, "i"):
+			s.Items = append(s.Items, json.RawMessage(f[1:]))
+		}
+	}
+	return s
+}
+
+// Round is a pending round as Inspect sees it.
+type Round struct {
+	Type      string    `json:"type"`
+	Key       RoundKey  `json:"key"`
+	Token     Token     `json:"round"`
+	Events    int       `json:"events"`
+	FirstSeen time.Time `json:"first_seen,omitzero"`
+	LastSeen  time.Time `json:"last_seen,omitzero"`
+	DueAt     time.Time `json:"due_at,omitzero"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Published bool      `json:"published"`
+	// Window is true when this is a throttle window rather than a round.
+	Window  bool            `json:"window,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Items   int             `json:"items,omitempty"`
+}
+
+// Inspect reads the pending round of a key without changing it. For a
+// throttle policy it returns the trailing round if one is pending, else the
+// window. found is false when nothing is pending.
+func (c *Coalescer) Inspect(ctx context.Context, jobType string, key RoundKey) (r Round, found bool, err error) {
+	p, ok := c.policies[jobType]
+	if !ok {
+		return Round{}, false, fmt.Errorf("%w %q", ErrNoPolicy, jobType)
+	}
+	keys := c.keys(p, key)
+	for i, k := range keys {
+		r, found, err = c.inspectKey(ctx, p, key, k, i == 1)
+		if err != nil || found {
+			return r, found, err
+		}
+	}
+	return Round{}, false, nil
+}
+
+func (c *Coalescer) inspectKey(ctx context.Context, p *compiled, key RoundKey, k string, window bool) (Round, bool, error) {
+	pipe := c.rdb.Pipeline()
+	typ := pipe.Type(ctx, k)
+	exp := pipe.PExpireTime(ctx, k)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, err)
+	}
+	r := Round{Type: p.Type, Key: key, Window: window}
+	expMs := int64(exp.Val() / time.Millisecond)
+	r.ExpiresAt = msTime(expMs)
+	switch typ.Val() {
+	case "none":
+		return Round{}, false, nil
+	case "string":
+		raw, err := c.rdb.Get(ctx, k).Uint64()
+		if err != nil {
+			return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, err)
+		}
+		v := packed(raw)
+		r.Token = packedToken(expMs, v.rnd())
+		r.Events, r.Published = v.count(), v.published()
+		lifetime := p.lifetime()
+		if window {
+			lifetime = p.Window
+		}
+		r.LastSeen = msTime(expMs - v.remaining()*unitFor(lifetime))
+		switch {
+		case window:
+			r.FirstSeen = r.ExpiresAt.Add(-p.Window)
+		case p.Mode == ModeThrottle:
+			r.DueAt = r.ExpiresAt.Add(-p.trailingGrace)
+		default:
+			r.FirstSeen = r.ExpiresAt.Add(-p.TTL)
+			if p.Mode == ModeDebounce {
+				r.DueAt = r.FirstSeen.Add(p.Window)
+			}
+		}
+	case "hash":
+		fields, err := c.rdb.HGetAll(ctx, k).Result()
+		if err != nil {
+			return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, err)
+		}
+		tok, _ := strconv.ParseUint(fields["t"], 10, 64)
+		r.Token = Token(tok)
+		r.Events, _ = strconv.Atoi(fields["n"])
+		r.FirstSeen = msField(fields["f"])
+		r.LastSeen = msField(fields["l"])
+		r.DueAt = msField(fields["d"])
+		r.Published = fields["p"] == "1"
+		r.Items, _ = strconv.Atoi(fields["m"])
+		if a, ok := fields["a"]; ok {
+			r.Payload = json.RawMessage(a)
+		}
+	default:
+		return Round{}, false, fmt.Errorf("%w: inspect %s %s: key holds a %s, not a round", ErrStoreUnavailable, p.Type, key, typ.Val())
+	}
+	return r, true, nil
+}
+
+func msField(s string) time.Time {
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return msTime(ms)
+}
+
+// Cancel deletes the pending round (or throttle window) of a key, fenced by
+// the token Inspect read, and returns what it deleted so the caller can purge
+// its schedule. found is false when nothing was pending.
+func (c *Coalescer) Cancel(ctx context.Context, jobType string, key RoundKey) (Round, bool, error) {
+	r, found, err := c.Inspect(ctx, jobType, key)
+	if err != nil || !found {
+		return r, found, err
+	}
+	p := c.policies[jobType]
+	job := Job{Type: jobType, Key: key, Token: r.Token, Mode: p.Mode, TTL: p.lifetime()}
+	if p.Mode == ModeThrottle && !r.Window {
+		job.DueAt = r.DueAt
+	}
+	rel, err := c.releaseRound(ctx, job, "cancel")
+	if err != nil {
+		return r, false, fmt.Errorf("%w: cancel %s %s: %w", ErrStoreUnavailable, jobType, key, err)
+	}
+	return r, rel.Result == ReleaseReleased, nil
+}

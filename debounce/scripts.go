@@ -1,0 +1,32 @@
+package debounce
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts, one file each under scripts/, each opening with its
+// KEYS/ARGV/returns contract. Every key a script touches is passed in KEYS and
+// shares the round's hash tag.
+var (
+	//go:embed scripts/open_packed.lua
+	openPackedLua string
+	//go:embed scripts/release_packed.lua
+	releasePackedLua string
+	//go:embed scripts/mark_packed.lua
+	markPackedLua string
+	//go:embed scripts/open_round.lua
+	openRoundLua string
+	//go:embed scripts/take_round.lua
+	takeRoundLua string
+	//go:embed scripts/mark_round.lua
+	markRoundLua string
+
+	openPackedScript    = redis.NewScript(openPackedLua)
+	releasePackedScript = redis.NewScript(releasePackedLua)
+	markPackedScript    = redis.NewScript(markPackedLua)
+	openRoundScript     = redis.NewScript(openRoundLua)
+	takeRoundScript     = redis.NewScript(takeRoundLua)
+	markRoundScript     = redis.NewScript(markRoundLua)
+)

@@ -1,0 +1,104 @@
+-- Open a round in the hash layout, or join the one pending: debounce with
+-- extend or with payload last/accumulate, and throttle's trailing round with
+-- those payloads (KEYS[2] is then the window key, as in open_packed.lua).
+-- Hash fields: t token, n count, f first seen, l last seen, d due (unix ms),
+-- p published (0/1), v version of the published schedule, a last args,
+-- m distinct items, and one field "i" .. item per accumulated item.
+--
+-- KEYS[1] -> round key (hash)
+-- KEYS[2] -> throttle window key (only for throttle with trailing)
+-- ARGV[1] -> token for a new round (decimal)
+-- ARGV[2] -> now, unix ms
+-- ARGV[3] -> expiry of a new round, unix ms (trailing: window end + ARGV[13])
+-- ARGV[4] -> due time of a new round, unix ms (trailing: window end)
+-- ARGV[5] -> extend: window ms, "0" when not extending
+-- ARGV[6] -> extend: max wait ms from the first event
+-- ARGV[7] -> payload: "first", "last" or "accumulate"
+-- ARGV[8] -> the event's args (last) or item (accumulate); "" for first
+-- ARGV[9] -> max items (accumulate)
+-- ARGV[10] -> throttle: value to open the window with (packed layout)
+-- ARGV[11] -> throttle: window end, unix ms
+-- ARGV[12] -> throttle: unit of remaining for the window value, ms
+-- ARGV[13] -> throttle: grace after the window end for the trailing round, ms
+-- Returns {status, token, count, first, due, published, fire, version}
+--   status 1 opened, 0 joined, 4 joined and pushed the due time later;
+--   for throttle 2 leading (window opened) / 3 unused here: trailing always
+--   gathers; for status 2 the reply is {2, window value, window expiry}.
+--   fire 1: this event filled the round to max items; due is now and the
+--   version was incremented: publish the schedule again with it.
+
+local CNT, MAXCNT = 65536, 4194303
+local now = tonumber(ARGV[2])
+local key = KEYS[1]
+local expiry, due = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+if KEYS[2] then
+  if redis.call('SET', KEYS[2], ARGV[10], 'NX', 'PXAT', ARGV[11]) then
+    return {2, tonumber(ARGV[10]), tonumber(ARGV[11])}
+  end
+  -- Count the event in the window value (see open_packed.lua's join).
+  local wexp = redis.call('PEXPIRETIME', KEYS[2])
+  local v = tonumber(redis.call('GET', KEYS[2]))
+  local delta = 0
+  if math.floor(v / CNT) % 4194304 < MAXCNT then delta = CNT end
+  local rem = math.floor((wexp - now) / tonumber(ARGV[12]))
+  if rem < 0 then rem = 0 end
+  if rem < v % CNT then delta = delta - (v % CNT - rem) end
+  if delta ~= 0 then redis.call('INCRBY', KEYS[2], delta) end
+  due = wexp
+  expiry = wexp + tonumber(ARGV[13])
+end
+
+local payload, data = ARGV[7], ARGV[8]
+
+local function add_item()
+  if redis.call('HSETNX', key, 'i' .. data, '1') == 1 then
+    return redis.call('HINCRBY', key, 'm', 1)
+  end
+  return -1
+end
+
+if redis.call('EXISTS', key) == 0 then
+  redis.call('HSET', key, 't', ARGV[1], 'n', 1, 'f', now, 'l', now, 'd', due, 'p', 0, 'v', 0)
+  if payload == 'last' then
+    redis.call('HSET', key, 'a', data)
+  end
+  local fire = 0
+  if payload == 'accumulate' then
+    redis.call('HSET', key, 'm', 0)
+    if add_item() >= tonumber(ARGV[9]) then
+      fire = 1
+      due = now
+      redis.call('HSET', key, 'd', due)
+    end
+  end
+  redis.call('PEXPIREAT', key, expiry)
+  return {1, ARGV[1], 1, now, due, 0, fire, 0}
+end
+
+local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v')
+local first, d, version = tonumber(f[2]), tonumber(f[3]), tonumber(f[5])
+local n = redis.call('HINCRBY', key, 'n', 1)
+redis.call('HSET', key, 'l', now)
+if payload == 'last' then
+  redis.call('HSET', key, 'a', data)
+end
+local status, fire = 0, 0
+local window = tonumber(ARGV[5])
+if window > 0 then
+  local nd = now + window
+  local cap = first + tonumber(ARGV[6])
+  if nd > cap then nd = cap end
+  if nd > d then
+    d = nd
+    status = 4
+    redis.call('HSET', key, 'd', d)
+  end
+end
+if payload == 'accumulate' and add_item() == tonumber(ARGV[9]) then
+  fire = 1
+  d = now
+  version = redis.call('HINCRBY', key, 'v', 1)
+  redis.call('HSET', key, 'd', d)
+end
+return {status, f[1], n, first, d, tonumber(f[4]), fire, version}
