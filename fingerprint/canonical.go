@@ -32,7 +32,7 @@ type canonicalizer struct {
 	path    []pathElem // where we are, for error messages
 	// pathExtra is the raw name of a path element not in the input (nameStart -1).
 	pathExtra []byte
-	depth   int
+	depth     int
 
 	// keyFields, when set, keeps only these members of the top-level object.
 	keyFields []string
