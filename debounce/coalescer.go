@@ -526,14 +526,14 @@ func (c *Coalescer) markPublished(ctx context.Context, p *compiled, key RoundKey
 func (c *Coalescer) backout(ctx context.Context, r reply) (kept bool, err error) {
 	if r.token.isHashToken() {
 		res, err := takeRoundScript.Run(ctx, c.rdb, []string{r.rkey},
-			strconv.FormatUint(uint64(r.token), 10), 0, 0, "backout").Slice()
+			strconv.FormatUint(uint64(r.token), 10), 0, 0, "backout", 0).Slice()
 		if err != nil {
 			return false, err
 		}
 		return len(res) > 0 && res[0] == int64(3), nil
 	}
 	exp, rnd := r.token.packedParts()
-	res, err := releasePackedScript.Run(ctx, c.rdb, []string{r.rkey}, exp, rnd, "1").Int64Slice()
+	res, err := releasePackedScript.Run(ctx, c.rdb, []string{r.rkey}, exp, rnd, "backout", 0).Int64Slice()
 	if err != nil {
 		return false, err
 	}

@@ -29,6 +29,9 @@ const (
 	// ReleaseNotDue: the round was extended past now; publish the job again
 	// for DueAt with Version and do not run it yet.
 	ReleaseNotDue ReleaseResult = "not_due"
+	// ReleaseRetry: an earlier delivery of this job already closed the
+	// round; the summary is the one it took (kept until Finish).
+	ReleaseRetry ReleaseResult = "retry"
 	// ReleaseSkipped: nothing to release at this point: a throttle leading
 	// job (the window ends by itself), dedup until success or expiry at
 	// start, a bypassed job.
@@ -54,30 +57,60 @@ type Release struct {
 	Version int       // not due: publish the schedule again with this version
 }
 
+// TakenRetention is how long a round closed at job start keeps its summary
+// for retries of the job, unless Finish deletes it first.
+const TakenRetention = 24 * time.Hour
+
 // Start closes the job's round as its job starts, so that events from now on
 // open the next round, and returns the round's summary. For an extended round
 // not yet due it returns ReleaseNotDue: publish the job again and ack this
-// delivery without running it. Call it before the handler runs.
+// delivery without running it. A redelivery of a job whose round an earlier
+// delivery closed gets ReleaseRetry and the same summary. Call it before the
+// handler runs, and Finish when the job will not run again.
 func (c *Coalescer) Start(ctx context.Context, job Job) (Release, error) {
-	p := c.policies[job.Type]
-	switch {
-	case job.Token == 0,
-		job.Mode == ModeThrottle && job.Immediate(),
-		job.Mode == ModeDedup && p != nil && p.Until != UntilStart:
+	if !c.takesAtStart(job) {
 		return c.skipped(job), nil
 	}
 	return c.release(ctx, job, "take")
 }
 
-// Finish is called after the handler: succeeded, or failed for the last time
-// (no retry will follow). It releases dedup reservations held until success;
-// for everything else there is nothing to do.
-func (c *Coalescer) Finish(ctx context.Context, job Job, succeeded, final bool) (Release, error) {
+func (c *Coalescer) takesAtStart(job Job) bool {
 	p := c.policies[job.Type]
-	if job.Token == 0 || job.Mode != ModeDedup || p == nil || p.Until != UntilSuccess || !succeeded && !final {
+	switch {
+	case job.Token == 0,
+		job.Mode == ModeThrottle && job.Immediate(),
+		job.Mode == ModeDedup && p != nil && p.Until != UntilStart:
+		return false
+	}
+	return true
+}
+
+// Finish is called after the handler when the job will not run again: it
+// succeeded, or failed for the last time (final). It drops the summary Start
+// kept for retries and releases a dedup reservation held until success. A
+// failure that will be retried changes nothing.
+func (c *Coalescer) Finish(ctx context.Context, job Job, succeeded, final bool) (Release, error) {
+	if job.Token == 0 || !succeeded && !final {
 		return Release{Result: ReleaseSkipped}, nil
 	}
-	return c.release(ctx, job, "take")
+	if c.takesAtStart(job) {
+		if err := c.rdb.Del(ctx, c.takenKey(job)).Err(); err != nil {
+			return Release{}, fmt.Errorf("%w: finish %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
+		}
+	}
+	if p := c.policies[job.Type]; job.Mode != ModeDedup || p == nil || p.Until != UntilSuccess {
+		return Release{Result: ReleaseSkipped}, nil
+	}
+	return c.release(ctx, job, "release")
+}
+
+// takenKey keeps a round's summary between Start and Finish.
+func (c *Coalescer) takenKey(job Job) string {
+	suffix := "x" + job.Token.String()
+	if job.Mode == ModeThrottle {
+		suffix = "tx" + job.Token.String()
+	}
+	return redisKey(c.prefix, job.Key, suffix)
 }
 
 func (c *Coalescer) skipped(job Job) Release {
@@ -108,27 +141,31 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 	key := c.jobRedisKey(job)
 	if !job.Token.isHashToken() {
 		exp, rnd := job.Token.packedParts()
-		res, err := releasePackedScript.Run(ctx, c.rdb, []string{key}, exp, rnd, "0").Int64Slice()
+		res, err := releasePackedScript.Run(ctx, c.rdb, []string{key, c.takenKey(job)}, exp, rnd, op, TakenRetention.Milliseconds()).Int64Slice()
 		if err != nil {
 			return Release{}, err
 		}
 		switch res[0] {
-		case 1:
+		case 1, 3:
 			v := packed(res[1])
 			last := msTime(exp - v.remaining()*unitFor(job.TTL))
 			first := job.OpenedAt
 			if last.Before(first) {
 				last = first
 			}
-			return Release{Result: ReleaseReleased, Summary: Summary{Events: v.count(), FirstSeen: first, LastSeen: last}}, nil
+			result := ReleaseReleased
+			if res[0] == 3 {
+				result = ReleaseRetry
+			}
+			return Release{Result: result, Summary: Summary{Events: v.count(), FirstSeen: first, LastSeen: last}}, nil
 		case -1:
 			return Release{Result: ReleaseStaleToken}, nil
 		default:
 			return Release{Result: ReleaseMissing}, nil
 		}
 	}
-	res, err := takeRoundScript.Run(ctx, c.rdb, []string{key},
-		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op).Slice()
+	res, err := takeRoundScript.Run(ctx, c.rdb, []string{key, c.takenKey(job)},
+		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op, TakenRetention.Milliseconds()).Slice()
 	if err != nil {
 		return Release{}, err
 	}
@@ -136,6 +173,8 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 	switch status {
 	case 1:
 		return Release{Result: ReleaseReleased, Summary: summaryFromHash(res[1:])}, nil
+	case 5:
+		return Release{Result: ReleaseRetry, Summary: summaryFromHash(res[1:])}, nil
 	case 2:
 		due, _ := res[1].(int64)
 		version, _ := res[2].(int64)
@@ -221,6 +260,9 @@ func (c *Coalescer) inspectKey(ctx context.Context, p *compiled, key RoundKey, k
 		return Round{}, false, nil
 	case "string":
 		raw, err := c.rdb.Get(ctx, k).Uint64()
+		if errors.Is(err, redis.Nil) {
+			return Round{}, false, nil // expired just now
+		}
 		if err != nil {
 			return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, err)
 		}
@@ -245,6 +287,9 @@ func (c *Coalescer) inspectKey(ctx context.Context, p *compiled, key RoundKey, k
 		}
 	case "hash":
 		fields, err := c.rdb.HGetAll(ctx, k).Result()
+		if err == nil && len(fields) == 0 {
+			return Round{}, false, nil // expired just now
+		}
 		if err != nil {
 			return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, err)
 		}
@@ -286,7 +331,11 @@ func (c *Coalescer) Cancel(ctx context.Context, jobType string, key RoundKey) (R
 	if p.Mode == ModeThrottle && !r.Window {
 		job.DueAt = r.DueAt
 	}
-	rel, err := c.releaseRound(ctx, job, "cancel")
+	op := "release"
+	if r.Token.isHashToken() {
+		op = "cancel"
+	}
+	rel, err := c.releaseRound(ctx, job, op)
 	if err != nil {
 		return r, false, fmt.Errorf("%w: cancel %s %s: %w", ErrStoreUnavailable, jobType, key, err)
 	}

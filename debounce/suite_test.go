@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -233,9 +234,17 @@ func TestDebounceFixedWindow(t *testing.T) {
 		if d4.Outcome != debounce.OutcomeScheduled || d4.Round == d1.Round || d4.Events != 1 {
 			t.Errorf("after release: %+v", d4)
 		}
-		// A second delivery of the first job finds another round: nothing changes.
+		// A redelivery of the first job (its handler failed) gets the same
+		// summary back, and changes nothing in the new round.
+		if again := f.start(t, job); again.Result != debounce.ReleaseRetry || !reflect.DeepEqual(again.Summary, rel.Summary) {
+			t.Errorf("second Start of the old job: %+v, want retry with %+v", again, rel.Summary)
+		}
+		if fin, err := f.c.Finish(context.Background(), job, true, false); err != nil || fin.Result != debounce.ReleaseSkipped {
+			t.Errorf("Finish: %+v %v", fin, err)
+		}
+		// Finished: a stray delivery now only finds another round.
 		if rel := f.start(t, job); rel.Result != debounce.ReleaseStaleToken {
-			t.Errorf("second Start of the old job: %s, want stale_token", rel.Result)
+			t.Errorf("Start after Finish: %s, want stale_token", rel.Result)
 		}
 		if _, found, _ := f.c.Inspect(context.Background(), "recompute", d4.Key); !found {
 			t.Error("the stale release removed the new round")

@@ -1,26 +1,45 @@
--- Close a packed round (release at start, dedup release at success, cancel)
--- if it is still the caller's: same expiry and same random bits, the two
--- halves of its token. A stale token changes nothing.
+-- Close a packed round if it is still the caller's: same expiry and same
+-- random bits, the two halves of its token. A stale token changes nothing.
+-- At job start ("take") the round moves to a per-token key that keeps its
+-- summary for retries of the same job until Finish deletes it.
 --
 -- KEYS[1] -> round key
+-- KEYS[2] -> taken key of this token (for "take")
 -- ARGV[1] -> the round's expiry, unix ms (token >> 14)
 -- ARGV[2] -> the round's random bits (token & 0x3fff)
--- ARGV[3] -> "1": delete only if not yet published (a failed publish backing out)
+-- ARGV[3] -> "take" (job start), "release" (dedup until success, cancel),
+--            "backout" (a failed publish: delete only if not published meanwhile)
+-- ARGV[4] -> take: how long the taken copy is kept, ms
 -- Returns {status, value}:
---   1 released (value: the packed value, for the summary)
---   0 missing (expired, or already released)
+--   1 closed (value: the packed value, for the summary)
+--   0 missing (expired, or already closed)
 --  -1 stale token: another round holds the key (value: its packed value)
---   2 kept: published meanwhile by a joiner (only with ARGV[3] = "1")
+--   2 kept: published meanwhile by a joiner (backout only)
+--   3 retry: already taken by an earlier delivery (value: the taken copy)
 
 local RND, PUB = 549755813888, 274877906944 -- 2^39, 2^38
 local raw = redis.call('GET', KEYS[1])
-if not raw then return {0, 0} end
-local v = tonumber(raw)
-if redis.call('PEXPIRETIME', KEYS[1]) ~= tonumber(ARGV[1]) or math.floor(v / RND) ~= tonumber(ARGV[2]) then
-  return {-1, v}
+local mine = false
+local v = 0
+if raw then
+  v = tonumber(raw)
+  mine = redis.call('PEXPIRETIME', KEYS[1]) == tonumber(ARGV[1]) and math.floor(v / RND) == tonumber(ARGV[2])
 end
-if ARGV[3] == '1' and math.floor(v / PUB) % 2 == 1 then
+if not mine then
+  if ARGV[3] == 'take' then
+    local taken = redis.call('GET', KEYS[2])
+    if taken then return {3, tonumber(taken)} end
+  end
+  if raw then return {-1, v} end
+  return {0, 0}
+end
+if ARGV[3] == 'backout' and math.floor(v / PUB) % 2 == 1 then
   return {2, v}
 end
-redis.call('DEL', KEYS[1])
+if ARGV[3] == 'take' then
+  redis.call('RENAME', KEYS[1], KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+else
+  redis.call('DEL', KEYS[1])
+end
 return {1, v}

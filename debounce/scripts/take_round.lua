@@ -1,25 +1,38 @@
--- Close a hash-layout round if it is still the caller's and is due: take its
--- summary and delete it (release at start). An extended round that is not
--- due yet stays; its version is incremented so the caller publishes the
--- schedule again for the new due time. A stale token changes nothing.
+-- Close a hash-layout round if it is still the caller's and is due. At job
+-- start ("take") the round moves to a per-token key that keeps its summary
+-- (last args, accumulated items) for retries of the same job until Finish
+-- deletes it. An extended round that is not due yet stays; its version is
+-- incremented so the caller publishes the schedule again for the new due
+-- time. A stale token changes nothing.
 --
 -- KEYS[1] -> round key (hash)
+-- KEYS[2] -> taken key of this token (for "take")
 -- ARGV[1] -> the round's token (decimal)
 -- ARGV[2] -> now, unix ms
 -- ARGV[3] -> slack, ms: a round due within it counts as due
--- ARGV[4] -> "take" (at start), "backout" (failed publish: delete only if
+-- ARGV[4] -> "take" (job start), "backout" (failed publish: delete only if
 --            not published meanwhile) or "cancel" (delete, due or not)
+-- ARGV[5] -> take: how long the taken copy is kept, ms
 -- Returns:
---   {1, field, value, ...}  released: every field of the hash
+--   {1, field, value, ...}  closed: every field of the hash
 --   {0}                     missing
 --   {-1}                    stale token
 --   {2, due, version}       not due yet (take only)
 --   {3}                     kept: published meanwhile (backout only)
+--   {5, field, value, ...}  retry: already taken by an earlier delivery
 
 local key = KEYS[1]
 local t = redis.call('HGET', key, 't')
-if not t then return {0} end
-if t ~= ARGV[1] then return {-1} end
+if t ~= ARGV[1] then
+  if ARGV[4] == 'take' and redis.call('EXISTS', KEYS[2]) == 1 then
+    local out = {5}
+    local all = redis.call('HGETALL', KEYS[2])
+    for i = 1, #all do out[i + 1] = all[i] end
+    return out
+  end
+  if t then return {-1} end
+  return {0}
+end
 if ARGV[4] == 'backout' and redis.call('HGET', key, 'p') == '1' then
   return {3}
 end
@@ -30,7 +43,12 @@ if ARGV[4] == 'take' then
   end
 end
 local all = redis.call('HGETALL', key)
-redis.call('DEL', key)
+if ARGV[4] == 'take' then
+  redis.call('RENAME', key, KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+else
+  redis.call('DEL', key)
+end
 local out = {1}
 for i = 1, #all do out[i + 1] = all[i] end
 return out
