@@ -1,0 +1,141 @@
+// Tenant recomputation debounce (seed 002): a burst of 1,400 "recompute this
+// tenant's financials" events for three tenants becomes three jobs, each 2
+// seconds after its tenant's first event, each told how many events it covers.
+//
+//	go run ./examples/tenant-recompute                       # in-process NATS and Redis
+//	go run ./examples/tenant-recompute --redis redis://127.0.0.1:6379/0 --nats nats://127.0.0.1:4222
+//
+// The producer half is what an event-driven service embeds; the worker half
+// is what runs the jobs. They share Redis (reservations) and NATS (jobs).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/devservers"
+	"github.com/coalesce-io/coalesce/publisher"
+	"github.com/coalesce-io/coalesce/worker"
+)
+
+func main() {
+	redisURL := flag.String("redis", "", "Redis URL (default: an in-process Redis)")
+	natsURL := flag.String("nats", "", "NATS URL, server 2.12 or later (default: an in-process NATS)")
+	flag.Parse()
+	if err := run(*redisURL, *natsURL); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(redisURL, natsURL string) error {
+	if redisURL == "" || natsURL == "" {
+		dir, err := os.MkdirTemp("", "tenant-recompute-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		dev, err := devservers.Start(devservers.Options{NATSListen: "127.0.0.1:0", RedisListen: "127.0.0.1:0", DataDir: dir})
+		if err != nil {
+			return err
+		}
+		defer dev.Close()
+		redisURL, natsURL = dev.RedisURL, dev.NATSURL
+	}
+	ctx := context.Background()
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return err
+	}
+	opt.DisableIdentity = true
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+
+	// Both halves: the stream, and one policy for the job type.
+	pub, err := publisher.New(ctx, js, &publisher.Config{Stream: "EXAMPLE_TENANTS", Prefix: "example"})
+	if err != nil {
+		return err
+	}
+	co, err := debounce.New(debounce.Config{
+		Redis:     rdb,
+		Publisher: pub,
+		Prefix:    "example",
+		Policies: []debounce.Policy{{
+			Type:      "recompute_financials",
+			Mode:      debounce.ModeDebounce,
+			Window:    2 * time.Second,
+			KeyFields: []string{"tenant_id"}, // one round per tenant, whatever else the event says
+		}},
+	})
+	if err != nil {
+		return err
+	}
+
+	// Worker half: run the jobs as they come due.
+	var wg sync.WaitGroup
+	jobs := make(chan *worker.Job, 16)
+	w, err := worker.New(worker.Config{
+		JetStream: js, Stream: "EXAMPLE_TENANTS", Subjects: pub.Subjects(),
+		Coalescer: co, Publisher: pub, Types: []string{"recompute_financials"},
+	})
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer wg.Wait()
+	defer stop()
+	wg.Go(func() {
+		_ = w.Run(runCtx, func(ctx context.Context, job *worker.Job) error {
+			jobs <- job // here: recompute the tenant's financials once
+			return nil
+		})
+	})
+
+	// Producer half: a storm of equivalent events.
+	start := time.Now()
+	outcomes := map[debounce.Outcome]int{}
+	for i := range 1400 {
+		args := fmt.Sprintf(`{"tenant_id":%d,"period":"2026-08","order_id":%d}`, 1+i%3, 5000+i)
+		d, err := co.Submit(ctx, debounce.Event{Type: "recompute_financials", Args: json.RawMessage(args)})
+		if err != nil {
+			return err
+		}
+		outcomes[d.Outcome]++
+	}
+	fmt.Printf("1400 events in %v: %d scheduled, %d coalesced\n",
+		time.Since(start).Round(time.Millisecond), outcomes[debounce.OutcomeScheduled], outcomes[debounce.OutcomeCoalesced])
+
+	for range 3 {
+		select {
+		case job := <-jobs:
+			var args struct {
+				TenantID int `json:"tenant_id"`
+			}
+			_ = json.Unmarshal(job.Args, &args)
+			fmt.Printf("job: recompute tenant %d, covering %d events (%v after its first)\n",
+				args.TenantID, job.Summary.Events, time.Since(job.Summary.FirstSeen).Round(100*time.Millisecond))
+		case <-time.After(15 * time.Second):
+			return fmt.Errorf("expected 3 jobs, timed out")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package publisher
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/fingerprint"
+)
+
+// Subjects names the NATS subjects of one stream prefix. The worker and the
+// admin tools use it to find jobs, schedules and dead letters:
+//
+//	<prefix>.jobs.<type>                        jobs to run (schedule targets)
+//	<prefix>.sched.<type>.<key hex>.<token hex> the pending schedule of one round
+//	<prefix>.dead.<type>                        dead letters
+//
+// A job type may contain dots; the key and token are always the last two
+// tokens of a schedule subject, so subjects of different types never collide.
+type Subjects struct {
+	Prefix string // DefaultPrefix when empty
+}
+
+func (s Subjects) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// Job returns the subject jobs of jobType are published (and fired) on.
+func (s Subjects) Job(jobType string) string { return s.prefix() + ".jobs." + jobType }
+
+// Schedule returns the subject of one round's pending schedule. Publishing
+// on it again replaces that schedule (a reschedule); another round of the
+// same key has another token, hence its own subject. For the zero token it
+// returns KeySchedules (every round of key), which is what Cancel purges.
+func (s Subjects) Schedule(jobType string, key debounce.RoundKey, token debounce.Token) string {
+	if token == 0 {
+		return s.KeySchedules(jobType, key)
+	}
+	return s.roundSchedule(jobType, key, token.String())
+}
+
+func (s Subjects) roundSchedule(jobType string, key debounce.RoundKey, round string) string {
+	return s.prefix() + ".sched." + jobType + "." + key.String() + "." + round
+}
+
+// KeySchedules returns a wildcard subject matching the pending schedules of
+// every round of key.
+func (s Subjects) KeySchedules(jobType string, key debounce.RoundKey) string {
+	return s.prefix() + ".sched." + jobType + "." + key.String() + ".*"
+}
+
+// Dead returns the dead-letter subject of jobType.
+func (s Subjects) Dead(jobType string) string { return s.prefix() + ".dead." + jobType }
+
+// Stream returns the subjects the stream must cover: schedules, jobs and
+// dead letters.
+func (s Subjects) Stream() []string {
+	p := s.prefix()
+	return []string{p + ".sched.>", p + ".jobs.>", p + ".dead.>"}
+}
+
+// AllJobs returns a wildcard subject matching the jobs of every type, for a
+// consumer filter. (Consumers must never cover the schedule subjects: on a
+// WorkQueue stream consuming a schedule deletes it.)
+func (s Subjects) AllJobs() string { return s.prefix() + ".jobs.>" }
+
+// validateJobType checks jobType is a job type (fingerprint.ValidateType)
+// that also makes a NATS subject: no empty tokens, so no ".." and no trailing ".".
+func validateJobType(jobType string) error {
+	if err := fingerprint.ValidateType(jobType); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if strings.Contains(jobType, "..") || strings.HasSuffix(jobType, ".") {
+		return fmt.Errorf("%w: job type %q has an empty subject token (\"..\" or a trailing \".\")", ErrInvalidJob, jobType)
+	}
+	return nil
+}
+
+// validatePrefix checks a subject prefix: dot-separated tokens without
+// wildcards, whitespace or empty tokens.
+func validatePrefix(p string) error {
+	for tok := range strings.SplitSeq(p, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
+			return fmt.Errorf("%w: Prefix %q must be dot-separated tokens without empty tokens, wildcards (* >) or whitespace", ErrInvalidConfig, p)
+		}
+	}
+	return nil
+}
+
+// bypassToken names the schedule subject of a job published without a
+// reservation: a one-off token outside the 16-hex-digit form, so it never
+// replaces, nor is replaced by, a real round's schedule.
+func bypassToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "_" + hex.EncodeToString(b[:])
+}

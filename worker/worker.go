@@ -1,0 +1,469 @@
+// Package worker runs coalesce jobs: it consumes the jobs of chosen types
+// from JetStream with a durable pull consumer, closes each job's round as the
+// job starts (so events from then on open the next round), hands the handler
+// the job and its round summary, acknowledges on success, retries with
+// backoff on failure, and dead-letters a job that keeps failing.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/publisher"
+)
+
+// Defaults of Config.
+const (
+	DefaultDurable         = "coalesce"
+	DefaultConcurrency     = 4
+	DefaultMaxDeliver      = 5
+	DefaultAckWait         = 30 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+)
+
+// DefaultBackoff is the wait before the 1st, 2nd, ... retry of a failed job;
+// the last value repeats.
+var DefaultBackoff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+
+// Sentinel errors.
+var (
+	ErrInvalidConfig = errors.New("worker: invalid config")
+	ErrConsumer      = errors.New("worker: consumer")
+)
+
+// Job is what a handler runs: the job as published plus what its round held
+// when the job started.
+type Job struct {
+	debounce.Job
+	// Summary: events coalesced into the round, first and last seen, and the
+	// last args (payload last) or the distinct items (payload accumulate).
+	Summary debounce.Summary
+	// Release says what closing the round found: released, retry (an
+	// earlier delivery closed it), stale_token, missing, skipped.
+	Release debounce.ReleaseResult
+	// Attempt is the delivery number of this job, 1 for the first.
+	Attempt int
+}
+
+// Handler runs one job. Return nil when done; an error to retry later (with
+// backoff, up to MaxDeliver deliveries); Permanent(err) to dead-letter at once.
+// ctx ends when the worker shuts down past its ShutdownTimeout.
+type Handler func(ctx context.Context, job *Job) error
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks a handler error as not worth retrying: the job goes to the
+// dead-letter subject at once.
+func Permanent(err error) error { return permanentError{err} }
+
+// Hooks are called for what is worth counting; nil funcs are skipped.
+type Hooks struct {
+	// Job is called once per delivery with its result: "ok", "retry",
+	// "dead", "rescheduled" (extended round not due), "duplicate_done",
+	// "duplicate_running", "release_failed".
+	Job func(jobType, result string, release debounce.ReleaseResult, took time.Duration)
+	// RoundAge is called as a job starts: from its round's first event.
+	RoundAge func(jobType string, age time.Duration, events int)
+	// Guard is called with each run-once guard decision.
+	Guard func(jobType string, result GuardResult)
+}
+
+// Config configures a Worker.
+type Config struct {
+	JetStream jetstream.JetStream // required
+	Stream    string              // publisher.DefaultStream when empty
+	Subjects  publisher.Subjects  // subject prefix of the stream
+	// Coalescer closes rounds (it needs the same Redis, prefix and policies
+	// as the producers).
+	Coalescer *debounce.Coalescer
+	// Publisher republishes an extended round that fired before its due time.
+	Publisher debounce.Publisher
+	Types     []string // job types to consume (required)
+	Durable   string   // consumer name prefix; DefaultDurable; one consumer per type, shared by replicas
+
+	Concurrency     int             // jobs run at once, all types together; DefaultConcurrency
+	MaxDeliver      int             // deliveries before a job is dead-lettered; DefaultMaxDeliver
+	Backoff         []time.Duration // waits before retries; DefaultBackoff
+	AckWait         time.Duration   // redelivery after silence; the worker reports progress every third of it
+	ShutdownTimeout time.Duration   // how long Run waits for running jobs after ctx ends
+
+	// Guards turns on the run-once guard per job type.
+	Guards map[string]GuardConfig
+
+	Logger *slog.Logger // nil discards
+	Hooks  Hooks
+	Now    func() time.Time // time.Now
+}
+
+// Worker consumes and runs jobs. Create it with New and start it with Run.
+type Worker struct {
+	cfg    Config
+	guards map[string]*guard
+	log    *slog.Logger
+	now    func() time.Time
+}
+
+// New checks the configuration.
+func New(cfg Config) (*Worker, error) {
+	if cfg.JetStream == nil || cfg.Coalescer == nil {
+		return nil, fmt.Errorf("%w: JetStream and Coalescer are required", ErrInvalidConfig)
+	}
+	if len(cfg.Types) == 0 {
+		return nil, fmt.Errorf("%w: Types: name at least one job type to consume", ErrInvalidConfig)
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = publisher.DefaultStream
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = DefaultDurable
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = DefaultMaxDeliver
+	}
+	if len(cfg.Backoff) == 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = DefaultAckWait
+	}
+	if cfg.AckWait < 300*time.Millisecond {
+		return nil, fmt.Errorf("%w: AckWait %v is shorter than 300ms", ErrInvalidConfig, cfg.AckWait)
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	w := &Worker{cfg: cfg, guards: map[string]*guard{}, log: cfg.Logger, now: cfg.Now}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	if w.now == nil {
+		w.now = time.Now
+	}
+	for typ, gc := range cfg.Guards {
+		g, err := newGuard(gc)
+		if err != nil {
+			return nil, fmt.Errorf("guard for %s: %w", typ, err)
+		}
+		w.guards[typ] = g
+	}
+	return w, nil
+}
+
+// ConsumerName is the durable consumer of one job type: the prefix and the
+// type with characters NATS does not allow in names replaced.
+func ConsumerName(prefix, jobType string) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	b.WriteByte('_')
+	for _, c := range jobType {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' {
+			b.WriteRune(c)
+		} else {
+			fmt.Fprintf(&b, "_%02x", c) // '.' and ':' are not allowed in consumer names
+		}
+	}
+	return b.String()
+}
+
+// Consumer creates or updates the durable consumer of one job type.
+func (w *Worker) Consumer(ctx context.Context, jobType string) (jetstream.Consumer, error) {
+	cons, err := w.cfg.JetStream.CreateOrUpdateConsumer(ctx, w.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       ConsumerName(w.cfg.Durable, jobType),
+		FilterSubject: w.cfg.Subjects.Job(jobType),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.AckWait,
+		MaxDeliver:    -1, // the worker dead-letters after MaxDeliver itself
+		MaxAckPending: max(w.cfg.Concurrency*4, 64),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Description:   "coalesce worker for " + jobType,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s on stream %s: %w", ErrConsumer, jobType, w.cfg.Stream, err)
+	}
+	return cons, nil
+}
+
+// Run consumes jobs until ctx ends, then stops taking new ones and waits up
+// to ShutdownTimeout for the running ones (whose context ends after that).
+func (w *Worker) Run(ctx context.Context, h Handler) error {
+	iters := make([]jetstream.MessagesContext, 0, len(w.cfg.Types))
+	for _, typ := range w.cfg.Types {
+		cons, err := w.Consumer(ctx, typ)
+		if err != nil {
+			for _, it := range iters {
+				it.Stop()
+			}
+			return err
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency))
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrConsumer, typ, err)
+		}
+		iters = append(iters, it)
+	}
+	// Handlers get a context that outlives ctx by the shutdown timeout.
+	jobCtx, cancelJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelJobs()
+
+	sem := make(chan struct{}, w.cfg.Concurrency)
+	var running sync.WaitGroup
+	var readers sync.WaitGroup
+	for _, it := range iters {
+		readers.Go(func() {
+			for {
+				msg, err := it.Next()
+				if err != nil {
+					if !errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() == nil {
+						w.log.ErrorContext(ctx, "worker: fetching jobs failed", "err", err)
+					}
+					return
+				}
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					_ = msg.Nak() // not started: hand it back at once
+					return
+				}
+				running.Go(func() {
+					defer func() { <-sem }()
+					w.process(jobCtx, msg, h)
+				})
+			}
+		})
+	}
+	<-ctx.Done()
+	for _, it := range iters {
+		it.Stop()
+	}
+	readers.Wait()
+	done := make(chan struct{})
+	go func() { running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.ShutdownTimeout):
+		w.log.Warn("worker: shutdown timeout; cancelling running jobs", "timeout", w.cfg.ShutdownTimeout)
+		cancelJobs()
+		<-done
+	}
+	return nil
+}
+
+func (w *Worker) backoff(attempt int) time.Duration {
+	i := min(attempt-1, len(w.cfg.Backoff)-1)
+	return w.cfg.Backoff[max(i, 0)]
+}
+
+// process runs one delivery.
+func (w *Worker) process(ctx context.Context, msg jetstream.Msg, h Handler) {
+	start := time.Now()
+	attempt := 1
+	if md, err := msg.Metadata(); err == nil {
+		attempt = int(md.NumDelivered)
+	}
+	dj, err := publisher.DecodeJob(msg.Headers(), msg.Data())
+	if err != nil {
+		w.deadLetter(ctx, msg, "", fmt.Errorf("undecodable job: %w", err))
+		return
+	}
+	job := &Job{Job: dj, Attempt: attempt}
+	result := w.run(ctx, msg, job, h)
+	if w.cfg.Hooks.Job != nil {
+		w.cfg.Hooks.Job(job.Type, result, job.Release, time.Since(start))
+	}
+}
+
+func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler) string {
+	log := w.log.With("job_type", job.Type, "key", job.Key.String(), "token", job.Token.String(), "attempt", job.Attempt)
+	if job.Attempt > w.cfg.MaxDeliver {
+		// Deliveries that never finished (the worker died mid-job) count too.
+		w.final(ctx, msg, job, fmt.Errorf("delivered %d times without finishing", job.Attempt-1), log)
+		return "dead"
+	}
+	rel, err := w.cfg.Coalescer.Start(ctx, job.Job)
+	if err != nil {
+		// Running without closing the round would strand the events that
+		// join it meanwhile: wait for Redis instead.
+		log.WarnContext(ctx, "worker: could not close the round; retrying later", "err", err)
+		_ = msg.NakWithDelay(w.backoff(job.Attempt))
+		return "release_failed"
+	}
+	job.Release, job.Summary = rel.Result, rel.Summary
+	if rel.Result == debounce.ReleaseNotDue {
+		next := job.Job
+		next.DueAt, next.Version = rel.DueAt, rel.Version
+		if w.cfg.Publisher == nil {
+			log.ErrorContext(ctx, "worker: extended round not due and no Publisher to reschedule it")
+			_ = msg.NakWithDelay(time.Until(rel.DueAt))
+			return "retry"
+		}
+		if err := w.cfg.Publisher.Publish(ctx, next); err != nil {
+			log.WarnContext(ctx, "worker: rescheduling an extended round failed; retrying", "err", err)
+			_ = msg.NakWithDelay(w.backoff(job.Attempt))
+			return "retry"
+		}
+		_ = msg.Ack()
+		return "rescheduled"
+	}
+	if w.cfg.Hooks.RoundAge != nil && rel.Result == debounce.ReleaseReleased {
+		w.cfg.Hooks.RoundAge(job.Type, w.now().Sub(job.OpenedAt), rel.Summary.Events)
+	}
+
+	g := w.guards[job.Type]
+	var cl *claim
+	if g != nil {
+		id := job.Token.String() + "@" + job.Key.String()
+		if job.Token == 0 {
+			id = msg.Headers().Get(jetstream.MsgIDHeader)
+		}
+		var gr GuardResult
+		cl, gr, err = g.acquire(ctx, job.Type, id)
+		if err != nil {
+			log.WarnContext(ctx, "worker: run-once claim failed; retrying", "err", err)
+			_ = msg.NakWithDelay(w.backoff(job.Attempt))
+			return "retry"
+		}
+		if gr != "" {
+			w.guardHook(job.Type, gr)
+			if gr == GuardDuplicateDone {
+				w.finish(ctx, job, true, false, log)
+				_ = msg.Ack()
+				return string(gr)
+			}
+			_ = msg.NakWithDelay(g.cfg.ClaimTTL / 3) // the other run may still fail
+			return string(gr)
+		}
+	}
+
+	err = w.handle(ctx, msg, job, h, g, cl)
+	if err == nil {
+		if cl != nil {
+			ok, gerr := g.complete(ctx, cl)
+			switch {
+			case gerr != nil:
+				log.WarnContext(ctx, "worker: could not mark the job done; a redelivery may run it again", "err", gerr)
+			case !ok:
+				log.WarnContext(ctx, "worker: run-once claim expired before completion; the job may have run twice")
+				w.guardHook(job.Type, GuardClaimLost)
+			default:
+				w.guardHook(job.Type, GuardRan)
+			}
+		}
+		w.finish(ctx, job, true, false, log)
+		if err := msg.DoubleAck(ctx); err != nil {
+			log.WarnContext(ctx, "worker: ack failed; the job will be redelivered", "err", err)
+		}
+		return "ok"
+	}
+	if cl != nil {
+		if gerr := g.release(ctx, cl); gerr != nil {
+			log.WarnContext(ctx, "worker: could not release the run-once claim; it expires on its own", "err", gerr)
+		}
+		w.guardHook(job.Type, GuardFailed)
+	}
+	var perm permanentError
+	if errors.As(err, &perm) || job.Attempt >= w.cfg.MaxDeliver {
+		w.final(ctx, msg, job, err, log)
+		return "dead"
+	}
+	log.InfoContext(ctx, "worker: job failed; retrying", "err", err, "retry_in", w.backoff(job.Attempt))
+	_ = msg.NakWithDelay(w.backoff(job.Attempt))
+	return "retry"
+}
+
+// handle runs the handler, telling the server the job is in progress (and
+// refreshing the run-once claim) while it runs. A panic is an error.
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, job *Job, h Handler, g *guard, cl *claim) (err error) {
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(w.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	if cl != nil {
+		go g.keepAlive(cl, stop)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return h(ctx, job)
+}
+
+func (w *Worker) finish(ctx context.Context, job *Job, ok, final bool, log *slog.Logger) {
+	if _, err := w.cfg.Coalescer.Finish(ctx, job.Job, ok, final); err != nil {
+		log.WarnContext(ctx, "worker: finishing the round failed; its reservation ends with its TTL", "err", err)
+	}
+}
+
+// final dead-letters a job that will not be retried.
+func (w *Worker) final(ctx context.Context, msg jetstream.Msg, job *Job, cause error, log *slog.Logger) {
+	w.finish(ctx, job, false, true, log)
+	log.ErrorContext(ctx, "worker: job failed for the last time; dead-lettered", "err", cause)
+	w.deadLetter(ctx, msg, job.Type, cause)
+}
+
+// HeaderError carries why a dead letter died.
+const HeaderError = "Coalesce-Error"
+
+// deadLetter copies the message to the dead-letter subject with the reason,
+// then terminates it. If the copy fails the message is left for redelivery.
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType string, cause error) {
+	if jobType == "" {
+		jobType = msg.Headers().Get(publisher.HeaderType)
+		if jobType == "" {
+			jobType = "unknown"
+		}
+	}
+	dead := nats.NewMsg(w.cfg.Subjects.Dead(jobType))
+	for k, v := range msg.Headers() {
+		if strings.HasPrefix(k, "Nats-") {
+			continue
+		}
+		dead.Header[k] = v
+	}
+	reason := cause.Error()
+	if len(reason) > 1024 {
+		reason = reason[:1024]
+	}
+	dead.Header.Set(HeaderError, strings.ReplaceAll(reason, "\n", " "))
+	if md, err := msg.Metadata(); err == nil {
+		dead.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("dead-%s-%d", md.Stream, md.Sequence.Stream))
+	}
+	dead.Data = msg.Data()
+	if _, err := w.cfg.JetStream.PublishMsg(ctx, dead); err != nil {
+		w.log.ErrorContext(ctx, "worker: dead-lettering failed; leaving the job for redelivery", "job_type", jobType, "err", err)
+		_ = msg.NakWithDelay(w.backoff(w.cfg.MaxDeliver))
+		return
+	}
+	_ = msg.Term()
+}
+
+func (w *Worker) guardHook(jobType string, r GuardResult) {
+	if w.cfg.Hooks.Guard != nil {
+		w.cfg.Hooks.Guard(jobType, r)
+	}
+}
