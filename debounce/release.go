@@ -1,10 +1,12 @@
 package debounce
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,7 +47,8 @@ type Summary struct {
 	LastSeen  time.Time `json:"last_seen"`
 	// Payload is the latest event's args (payload last).
 	Payload json.RawMessage `json:"payload,omitempty"`
-	// Items are the distinct accumulated items, canonical JSON (payload accumulate).
+	// Items are the distinct accumulated items, canonical JSON, sorted by
+	// their bytes (payload accumulate).
 	Items []json.RawMessage `json:"items,omitempty"`
 }
 
@@ -207,6 +210,9 @@ func summaryFromHash(pairs []any) Summary {
 			s.Items = append(s.Items, json.RawMessage(f[1:]))
 		}
 	}
+	// Hash order is not insertion order once the hash grows: sort, so the
+	// same items always come in the same order.
+	slices.SortFunc(s.Items, func(a, b json.RawMessage) int { return bytes.Compare(a, b) })
 	return s
 }
 

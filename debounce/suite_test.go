@@ -53,6 +53,7 @@ func newClock(b backend) *fakeClock {
 	c := &fakeClock{now: time.Now().Truncate(time.Millisecond), mini: b.mini}
 	if b.mini != nil {
 		b.mini.SetTime(c.now)
+		b.mini.ClockTTL(true) // TTLs follow SetTime, coherent with PXAT and PEXPIRETIME
 	}
 	return c
 }
@@ -80,7 +81,6 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 	if c.mini != nil {
 		c.mini.SetTime(c.now)
-		c.mini.FastForward(d)
 	}
 }
 
