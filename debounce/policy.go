@@ -32,9 +32,12 @@ type Payload string
 
 // Payload kinds.
 const (
-	PayloadFirst      Payload = "first"      // args of the event that opened the round
-	PayloadLast       Payload = "last"       // args of the latest event, taken at release
-	PayloadAccumulate Payload = "accumulate" // every distinct args (or ItemField of them), up to MaxItems
+	PayloadFirst Payload = "first" // args of the event that opened the round
+	PayloadLast  Payload = "last"  // args of the latest event, taken at release
+	// PayloadAccumulate: every distinct args (or ItemField of them). Reaching
+	// MaxItems fires the round at once; items that arrive before its job
+	// starts still join it, so MaxItems is a trigger, not a hard cap.
+	PayloadAccumulate Payload = "accumulate"
 )
 
 // Until is when a dedup reservation is released.
@@ -96,7 +99,7 @@ type Policy struct {
 	MaxWait time.Duration
 
 	Payload   Payload // default first
-	MaxItems  int     // accumulate: reaching it fires the round now (default DefaultMaxItems)
+	MaxItems  int     // accumulate: reaching it fires the round now (default DefaultMaxItems); later items ride along until the job starts
 	ItemField string  // accumulate: collect this top-level member of args instead of the whole args
 
 	// KeyFields: top-level members of args that identify the effect (say

@@ -257,3 +257,30 @@ func TestMemoryPerRound(t *testing.T) {
 		t.Errorf("%.1f bytes per round, want at most 130", per)
 	}
 }
+
+func TestExplainChangesNothing(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 5 * time.Second, KeyFields: []string{"tenant"}})
+		ctx := context.Background()
+		ev := debounce.Event{Type: "t", Args: json.RawMessage(`{"tenant":1, "b":[2.0]}`)}
+		ex, err := f.c.Explain(ctx, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.Would != debounce.OutcomeScheduled || ex.Pending != nil || string(ex.Canonical) != `{"tenant":1}` || fmt.Sprint(ex.KeyFields) != "[tenant]" {
+			t.Errorf("before: %+v", ex)
+		}
+		if _, found, _ := f.c.Inspect(ctx, "t", ex.Key); found || len(f.pub.all()) != 0 {
+			t.Fatal("Explain opened a round")
+		}
+		d := f.submit(t, "t", `{"tenant":1}`)
+		ex, err = f.c.Explain(ctx, ev)
+		if err != nil || ex.Would != debounce.OutcomeCoalesced || ex.Pending == nil || ex.Pending.Events != 1 || ex.Key != d.Key {
+			t.Errorf("after: %+v %v", ex, err)
+		}
+		if _, err := f.c.Explain(ctx, debounce.Event{Type: "t", Args: json.RawMessage(`{}`)}); !errors.Is(err, debounce.ErrInvalidEvent) {
+			t.Errorf("missing key field: %v", err)
+		}
+	})
+}
