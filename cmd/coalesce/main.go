@@ -47,8 +47,14 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"serve", "run the coalescing daemon (HTTP and NATS intake, cron, metrics)", runServe},
+		{"submit", "send events to the daemon and print the decisions", runSubmit},
+		{"explain", "show what the daemon would do with an event, changing nothing", runExplain},
+		{"inspect", "show the round pending for a key", runInspect},
+		{"cancel", "cancel the round pending for a key", runCancel},
+		{"work", "run jobs with a command of any language (job JSON on stdin)", runWork},
+		{"dedupe-stream", "remove duplicate pending jobs from an already flooded stream (dry run by default)", runDedupeStream},
 		{"fingerprint", "print the fp1 fingerprint of job args (one, or NDJSON from stdin)", runFingerprint},
-		{"serve", "run the coalescing daemon (not implemented yet)", runNotYet("serve")},
 	}
 }
 
@@ -130,12 +136,6 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	return nil
-}
-
-func runNotYet(name string) func(context.Context, []string, io.Reader, io.Writer, io.Writer) error {
-	return func(context.Context, []string, io.Reader, io.Writer, io.Writer) error {
-		return fmt.Errorf("%s is not implemented yet in this build; see the open issues", name)
-	}
 }
 
 // flagGiven reports whether the flag was set on the command line (even to "").

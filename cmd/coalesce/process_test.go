@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds the coalesce binary once for the process-level tests.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "coalesce-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "coalesce")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// proc is a coalesce process with its output captured.
+type proc struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary(t), args...), out: &syncBuffer{}}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and returns the exit status.
+func (p *proc) stop(t *testing.T) int {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+		t.Fatalf("did not exit within 30s of SIGTERM; output:\n%s", p.out.String())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func runBin(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &stdout, &stderr
+	err := cmd.Run()
+	if err != nil && cmd.ProcessState == nil {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+func waitHTTP(t *testing.T, url string, p *proc) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready within 20s; output:\n%s", url, p.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+const processConfig = `# coalesce serve for the process-level test
+policies:
+  recompute_financials:
+    mode: debounce
+    window: 1s
+    key_fields: [tenant_id]
+  notify:
+    mode: dedup
+    key_fields: [user_id, comment_id]
+`
+
+// TestServeAndWorkProcesses is the newcomer's path: the built binary serves
+// on its embedded default with a config file, a burst of events goes in, and
+// coalesce work runs exactly the expected jobs.
+func TestServeAndWorkProcesses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "coalesce.yaml")
+	if err := os.WriteFile(cfgPath, []byte(processConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr, natsAddr, redisAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	serve := start(t, "serve", "--config", cfgPath, "--http", httpAddr, "--nats-listen", natsAddr,
+		"--redis-listen", redisAddr, "--data", filepath.Join(dir, "data"))
+	base := "http://" + httpAddr
+	waitHTTP(t, base+"/readyz", serve)
+	if !strings.Contains(serve.out.String(), "single-node development mode") {
+		t.Errorf("first log lines do not say development mode:\n%s", serve.out.String())
+	}
+
+	// A burst: 300 events over 3 tenants, in one batch.
+	var batch strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&batch, `{"type":"recompute_financials","args":{"tenant_id":%d,"order":%d}}`+"\n", i%3, i)
+	}
+	code, out, stderr := runBin(t, batch.String(), "submit", "--server", base)
+	if code != 0 || strings.Count(out, `"outcome":"scheduled"`) != 3 || strings.Count(out, `"outcome":"coalesced"`) != 297 {
+		t.Fatalf("submit: exit %d, %d scheduled, stderr %s", code, strings.Count(out, `"outcome":"scheduled"`), stderr)
+	}
+
+	// coalesce work runs each job's command with the job JSON on stdin.
+	jobsFile := filepath.Join(dir, "jobs.ndjson")
+	work := start(t, "work", "--config", cfgPath, "--redis", "redis://"+redisAddr+"/0", "--nats", "nats://"+natsAddr,
+		"--type", "recompute_financials", "--exec", "cat >> "+jobsFile+"; echo >> "+jobsFile)
+	readJobs := func() []jobJSON {
+		raw, _ := os.ReadFile(jobsFile)
+		var jobs []jobJSON
+		sc := bufio.NewScanner(bytes.NewReader(raw))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
+				var j jobJSON
+				if err := json.Unmarshal(line, &j); err != nil {
+					t.Fatalf("job line %s: %v", line, err)
+				}
+				jobs = append(jobs, j)
+			}
+		}
+		return jobs
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for len(readJobs()) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs within 15s: %d; work output:\n%s\nserve output:\n%s", len(readJobs()), work.out.String(), serve.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // and no more
+	jobs := readJobs()
+	total, tenants := 0, map[string]bool{}
+	for _, j := range jobs {
+		total += j.Summary.Events
+		tenants[j.Key] = true
+		if j.Release != "released" || j.Type != "recompute_financials" || j.Attempt != 1 {
+			t.Errorf("job %+v", j)
+		}
+	}
+	if len(jobs) != 3 || len(tenants) != 3 || total != 300 {
+		t.Fatalf("%d jobs over %d keys covering %d events; want 3, 3, 300", len(jobs), len(tenants), total)
+	}
+
+	// The other client commands against the same daemon.
+	code, out, _ = runBin(t, "", "submit", "--server", base, "--type", "notify", "--args", `{"user_id":7,"comment_id":42}`)
+	if code != 0 || !strings.Contains(out, `"outcome":"published"`) {
+		t.Errorf("submit one: %d %s", code, out)
+	}
+	code, out, _ = runBin(t, "", "explain", "--server", base, "--type", "notify", "--args", `{"comment_id":42,"user_id":7}`)
+	if code != 0 || !strings.Contains(out, `"would": "duplicate"`) {
+		t.Errorf("explain: %d %s", code, out)
+	}
+	code, out, _ = runBin(t, "", "inspect", "--server", base, "--type", "notify", "--args", `{"user_id":7,"comment_id":42}`)
+	if code != 0 || !strings.Contains(out, `"events": 1`) {
+		t.Errorf("inspect: %d %s", code, out)
+	}
+	code, out, _ = runBin(t, "", "cancel", "--server", base, "--type", "notify", "--args", `{"user_id":7,"comment_id":42}`)
+	if code != 0 || !strings.Contains(out, `"cancelled"`) {
+		t.Errorf("cancel: %d %s", code, out)
+	}
+	code, _, stderr = runBin(t, "", "inspect", "--server", base, "--type", "notify", "--args", `{"user_id":7,"comment_id":42}`)
+	if code != 1 || !strings.Contains(stderr, "no round pending") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("inspect after cancel: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runBin(t, "", "submit", "--server", base, "--type", "nope", "--args", `{}`)
+	if code != 1 || !strings.Contains(stderr, "404 no_policy") {
+		t.Errorf("submit to an unknown type: exit %d, stderr %q", code, stderr)
+	}
+
+	if c := work.stop(t); c != 0 {
+		t.Errorf("work exit %d after SIGTERM; output:\n%s", c, work.out.String())
+	}
+	if c := serve.stop(t); c != 0 {
+		t.Errorf("serve exit %d after SIGTERM; output:\n%s", c, serve.out.String())
+	}
+	if !strings.Contains(serve.out.String(), "shutting down") {
+		t.Errorf("serve did not shut down gracefully:\n%s", serve.out.String())
+	}
+}
+
+func TestServeRefusals(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("policies:\n  recompute:\n    mode: debounce\n    window: 3x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runBin(t, "", "serve", "--config", bad, "--http", freeAddr(t))
+	if code != 1 || !strings.Contains(stderr, "bad.yaml") || !strings.Contains(stderr, "policies.recompute.window") {
+		t.Errorf("bad config: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runBin(t, "", "serve", "--config", filepath.Join(dir, "missing.yaml"))
+	if code != 1 || !strings.Contains(stderr, "missing.yaml") {
+		t.Errorf("missing config: exit %d, stderr %q", code, stderr)
+	}
+	// The development Redis port is taken: a clear error, exit 1.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	code, _, stderr = runBin(t, "", "serve", "--redis-listen", l.Addr().String(), "--nats-listen", freeAddr(t),
+		"--http", freeAddr(t), "--data", filepath.Join(dir, "data"))
+	if code != 1 || !strings.Contains(stderr, "address in use") || !strings.Contains(stderr, l.Addr().String()) {
+		t.Errorf("port taken: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runBin(t, "", "serve", "--frobnicate")
+	if code != 2 || !strings.Contains(stderr, "flag provided but not defined") {
+		t.Errorf("bad flag: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runBin(t, "", "submit", "--server", "http://"+freeAddr(t), "--type", "t", "--args", "{}")
+	if code != 1 || !strings.Contains(stderr, "cannot reach the daemon") {
+		t.Errorf("no daemon: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runBin(t, "", "work", "--type", "t")
+	if code != 2 || !strings.Contains(stderr, "--exec is required") {
+		t.Errorf("work without exec: exit %d, stderr %q", code, stderr)
+	}
+	for _, c := range []string{"serve", "submit", "explain", "inspect", "cancel", "work", "dedupe-stream", "fingerprint"} {
+		code, out, stderr := runBin(t, "", c, "--help")
+		if code != 0 || !strings.Contains(stderr+out, "Usage: coalesce "+c) {
+			t.Errorf("%s --help: exit %d", c, code)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/coalesce-io/coalesce/internal/config"
+	"github.com/coalesce-io/coalesce/internal/daemon"
+)
+
+// serverFlags are the flags of every command that talks to Redis and NATS.
+type serverFlags struct {
+	config, redis, nats string
+}
+
+func (s *serverFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.config, "config", "", "YAML configuration file (policies, servers, HTTP, cron)")
+	fs.StringVar(&s.redis, "redis", "", "Redis URL, overriding the file (redis://host:6379/0)")
+	fs.StringVar(&s.nats, "nats", "", "NATS URL(s), comma-separated, overriding the file (nats://host:4222)")
+}
+
+// load reads the configuration with the flag overrides applied on top of the
+// file and the environment.
+func (s *serverFlags) load() (*config.Config, error) {
+	env := os.Getenv
+	if s.redis != "" || s.nats != "" {
+		env = func(k string) string {
+			switch {
+			case k == "COALESCE_REDIS_URL" && s.redis != "":
+				return s.redis
+			case k == "COALESCE_REDIS_ADDRS" && s.redis != "":
+				return ""
+			case k == "COALESCE_NATS_URL" && s.nats != "":
+				return s.nats
+			}
+			return os.Getenv(k)
+		}
+	}
+	cfg, err := config.Load(s.config, env)
+	if err != nil {
+		return nil, err
+	}
+	if s.redis != "" {
+		cfg.Redis.Addrs, cfg.Redis.SentinelMaster = nil, ""
+	}
+	return cfg, nil
+}
+
+// localDaemonServers points a client command with no servers configured at
+// the embedded servers of a `coalesce serve` on this machine.
+func localDaemonServers(cfg *config.Config) {
+	if cfg.UsesEmbedded() {
+		cfg.Redis.URL = "redis://" + cfg.Embedded.RedisListen + "/0"
+		cfg.NATS.URLs = []string{"nats://" + cfg.Embedded.NATSListen}
+	}
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, usagef("--log-format %q: use text or json", format)
+	}
+}
+
+const serveSynopsis = `serve [--config FILE] [--redis URL --nats URL] [--http ADDR]
+
+Runs the coalescing daemon: HTTP API v1 (POST /v1/events, /v1/events:batch,
+/v1/explain, GET/DELETE /v1/rounds/{type}/{key}, GET /v1/policies, /metrics,
+/healthz, /readyz), NATS intake (request/reply on <prefix>.events.<type>, and
+with nats.ingest.durable the stream <prefix>.ingest.<type>), and cron rules.
+
+With no Redis and no NATS configured it runs in single-node development mode:
+an in-process NATS JetStream (store in --data) and an in-process Redis, on
+--nats-listen and --redis-listen, so workers and CLIs on this machine connect
+to them as to real servers. For production give --redis and --nats (NATS 2.12
+or later; Redis 7 with maxmemory-policy noeviction), or redis/nats in the file.
+
+SIGTERM or Ctrl-C: stop taking events, finish the decisions under way, exit.
+
+Environment: ` + "COALESCE_REDIS_URL, COALESCE_NATS_URL, COALESCE_HTTP_TOKENS and more (see README)."
+
+func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
+	fs := newFlags("serve", serveSynopsis, stderr)
+	var sf serverFlags
+	sf.register(fs)
+	httpAddr := fs.String("http", "", "HTTP listen address (default from the file, else 127.0.0.1:8080)")
+	natsListen := fs.String("nats-listen", "", "development mode: where the in-process NATS listens (default 127.0.0.1:4222)")
+	redisListen := fs.String("redis-listen", "", "development mode: where the in-process Redis listens (default 127.0.0.1:6379)")
+	dataDir := fs.String("data", "", "development mode: the NATS store folder (default ./coalesce-data)")
+	refuse := fs.Bool("refuse-eviction", false, "refuse to start when Redis may evict keys (maxmemory-policy allkeys-*); default: warn")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	cfg, err := sf.load()
+	if err != nil {
+		return err
+	}
+	if *httpAddr != "" {
+		cfg.HTTP.Listen = *httpAddr
+	}
+	if *natsListen != "" {
+		cfg.Embedded.NATSListen = *natsListen
+	}
+	if *redisListen != "" {
+		cfg.Embedded.RedisListen = *redisListen
+	}
+	if *dataDir != "" {
+		cfg.Embedded.DataDir = *dataDir
+	}
+	if len(cfg.Policies) == 0 {
+		log.Warn("no policies configured: every event will be refused with 404 no_policy; add policies to a --config file (see README)")
+	}
+	err = daemon.Run(ctx, daemon.Options{Config: cfg, Logger: log, RefuseEviction: *refuse})
+	if err != nil {
+		return fmt.Errorf("%s", strings.TrimSpace(err.Error()))
+	}
+	return nil
+}

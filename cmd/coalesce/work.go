@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/daemon"
+	"github.com/coalesce-io/coalesce/worker"
+)
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error {
+	for p := range strings.SplitSeq(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*s = append(*s, p)
+		}
+	}
+	return nil
+}
+
+// ExitPermanent is the exit status with which a --exec command says "do not
+// retry": the job is dead-lettered at once.
+const ExitPermanent = 100
+
+const workSynopsis = `work --type T [--type T2] --exec CMD [--config FILE] [--redis URL --nats URL]
+
+A worker for any language: for each job of the types, it closes the job's
+round (so new events open the next round), then runs CMD with sh -c and the
+job as JSON on stdin:
+
+  {"type":"recompute_financials","args":{...},"key":"<64 hex>","fingerprint":"<64 hex>",
+   "round":"<16 hex>","attempt":1,"release":"released",
+   "summary":{"events":57,"first_seen":"...","last_seen":"...","payload":{...},"items":[...]}}
+
+Exit status 0 acknowledges the job; any other retries it with backoff, and
+after --max-deliver deliveries it goes to the dead-letter subject; exit status
+100 dead-letters it at once. CMD's output goes to this command's stderr.
+Environment for CMD: COALESCE_JOB_TYPE, COALESCE_ROUND_KEY, COALESCE_ATTEMPT.
+
+With no servers configured it connects to a local ` + "`coalesce serve`" + `'s
+development servers (127.0.0.1:6379 and 127.0.0.1:4222). Give it the same
+--config as the daemon so it knows the policies (dedup until success needs it).`
+
+// jobJSON is what --exec commands read on stdin.
+type jobJSON struct {
+	Type        string           `json:"type"`
+	Args        json.RawMessage  `json:"args"`
+	Key         string           `json:"key"`
+	Fingerprint string           `json:"fingerprint"`
+	Round       string           `json:"round,omitempty"`
+	Mode        string           `json:"mode,omitempty"`
+	Payload     string           `json:"payload,omitempty"`
+	OpenedAt    time.Time        `json:"opened_at"`
+	DueAt       time.Time        `json:"due_at,omitzero"`
+	TraceParent string           `json:"traceparent,omitempty"`
+	Attempt     int              `json:"attempt"`
+	Release     string           `json:"release"`
+	Summary     debounce.Summary `json:"summary"`
+}
+
+func runWork(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
+	fs := newFlags("work", workSynopsis, stderr)
+	var sf serverFlags
+	sf.register(fs)
+	var types stringList
+	fs.Var(&types, "type", "job type to run (repeat, or comma-separated)")
+	execCmd := fs.String("exec", "", "command run per job (sh -c), job JSON on stdin")
+	concurrency := fs.Int("concurrency", 0, "jobs run at once (default from the file, else 4)")
+	maxDeliver := fs.Int("max-deliver", 0, "deliveries before dead-lettering (default from the file, else 5)")
+	ackWait := fs.Duration("ack-wait", 0, "redelivery after silence; progress is reported while CMD runs (default 30s)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if len(types) == 0 {
+		return usagef("--type is required")
+	}
+	if *execCmd == "" {
+		return usagef("--exec is required")
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	cfg, err := sf.load()
+	if err != nil {
+		return err
+	}
+	localDaemonServers(cfg)
+	m := daemon.NewMetrics()
+	conns, err := daemon.Connect(ctx, cfg, log, m, false)
+	if err != nil {
+		return err
+	}
+	defer conns.Close()
+	wc := worker.Config{
+		JetStream: conns.JetStream, Stream: conns.Publisher.Stream(), Subjects: conns.Publisher.Subjects(),
+		Coalescer: conns.Coalescer, Publisher: conns.Publisher, Types: types,
+		Concurrency: cfg.Worker.Concurrency, MaxDeliver: cfg.Worker.MaxDeliver, AckWait: cfg.Worker.AckWait,
+		Backoff: cfg.Worker.Backoff, Logger: log, Hooks: m.WorkerHooks(),
+	}
+	if *concurrency > 0 {
+		wc.Concurrency = *concurrency
+	}
+	if *maxDeliver > 0 {
+		wc.MaxDeliver = *maxDeliver
+	}
+	if *ackWait > 0 {
+		wc.AckWait = *ackWait
+	}
+	w, err := worker.New(wc)
+	if err != nil {
+		return err
+	}
+	log.Info("working", "types", types.String(), "exec", *execCmd)
+	return w.Run(ctx, execHandler(*execCmd, stderr))
+}
+
+// execHandler runs cmd for each job.
+func execHandler(cmdline string, output io.Writer) worker.Handler {
+	return func(ctx context.Context, job *worker.Job) error {
+		in, err := json.Marshal(jobJSON{
+			Type: job.Type, Args: job.Args, Key: job.Key.String(), Fingerprint: job.Fingerprint.String(),
+			Round: job.Token.String(), Mode: string(job.Mode), Payload: string(job.Payload),
+			OpenedAt: job.OpenedAt, DueAt: job.DueAt, TraceParent: job.TraceParent,
+			Attempt: job.Attempt, Release: string(job.Release), Summary: job.Summary,
+		})
+		if err != nil {
+			return worker.Permanent(err)
+		}
+		cmd := exec.CommandContext(ctx, "sh", "-c", cmdline)
+		cmd.Stdin = bytes.NewReader(append(in, '\n'))
+		cmd.Stdout, cmd.Stderr = output, output
+		cmd.Env = append(os.Environ(),
+			"COALESCE_JOB_TYPE="+job.Type,
+			"COALESCE_ROUND_KEY="+job.Key.String(),
+			"COALESCE_ATTEMPT="+strconv.Itoa(job.Attempt))
+		err = cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &ee) && ee.ExitCode() == ExitPermanent:
+			return worker.Permanent(fmt.Errorf("%s exited %d (permanent failure)", cmdline, ExitPermanent))
+		case errors.As(err, &ee):
+			return fmt.Errorf("%s exited %d", cmdline, ee.ExitCode())
+		default:
+			return fmt.Errorf("%s: %w", cmdline, err)
+		}
+	}
+}

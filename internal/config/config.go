@@ -1,0 +1,255 @@
+// Package config reads the daemon's YAML configuration file and environment
+// overrides, and refuses unknown keys and invalid values with the file, line,
+// key path and what to change.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/coalesce-io/coalesce/debounce"
+)
+
+// Defaults, taken where the file and the environment leave a value unset.
+const (
+	DefaultRedisPrefix         = debounce.DefaultPrefix
+	DefaultEviction            = EvictionWarn
+	DefaultNATSStream          = "COALESCE" // as publisher.DefaultStream
+	DefaultNATSPrefix          = "co"       // as publisher.DefaultPrefix
+	DefaultNATSReplicas        = 1
+	DefaultNATSStorage         = StorageFile
+	DefaultIngestStream        = "COALESCE_INGEST"
+	DefaultHTTPListen          = "127.0.0.1:8080"
+	DefaultBodyLimit           = 1 << 20 // 1 MiB
+	DefaultReadTimeout         = 10 * time.Second
+	DefaultWriteTimeout        = 30 * time.Second
+	DefaultEmbeddedNATSListen  = "127.0.0.1:4222"
+	DefaultEmbeddedRedisListen = "127.0.0.1:6379"
+	DefaultDataDir             = "./coalesce-data"
+	DefaultTimezone            = "UTC"
+)
+
+// Limits.
+const (
+	// MaxFileSize is the largest configuration file read; larger files are
+	// refused before parsing.
+	MaxFileSize = 1 << 20
+	// MaxBodyLimit is the largest http.body_limit accepted.
+	MaxBodyLimit = 1 << 30
+	// maxAliasNodes is how many nodes YAML aliases may add to the document:
+	// enough for any real use of anchors, too few for an alias bomb.
+	maxAliasNodes = 100_000
+	// maxAuxFile bounds the TLS, creds and nkey files read.
+	maxAuxFile = 1 << 20
+)
+
+// Values of Redis.Eviction.
+const (
+	EvictionWarn   = "warn"   // log a warning at start when Redis may evict reservations
+	EvictionRefuse = "refuse" // refuse to start
+)
+
+// Values of NATS.Storage.
+const (
+	StorageFile   = "file"
+	StorageMemory = "memory" // lost, with every pending round, when the server restarts
+)
+
+// Config is the daemon's configuration: the file's values over the defaults,
+// with environment overrides on top.
+type Config struct {
+	Redis    Redis
+	NATS     NATS
+	HTTP     HTTP
+	Embedded Embedded
+	// Policies come from the `policies:` mapping, keyed by job type, in file
+	// order, with debounce defaults applied (Policy.WithDefaults).
+	Policies []debounce.Policy
+	Cron     []CronRule
+	Worker   Worker
+	Source   string // file the config came from ("" when none)
+}
+
+// TLS configures a client connection's TLS (YAML: enabled, ca_file,
+// cert_file, key_file, insecure_skip_verify).
+type TLS struct {
+	Enabled            bool
+	CAFile             string // PEM roots to trust instead of the system's
+	CertFile           string // PEM client certificate, with KeyFile
+	KeyFile            string
+	InsecureSkipVerify bool // do not verify the server's certificate (tests only)
+}
+
+// Redis says where reservations are kept: a single node (URL), a Cluster
+// (Addrs) or a Sentinel-managed primary (SentinelMaster with Addrs).
+type Redis struct {
+	URL            string   // redis://, rediss:// or unix:// (single node)
+	Addrs          []string // cluster seed addresses (host:port); mutually exclusive with URL
+	SentinelMaster string   // YAML sentinel.master; then Addrs (sentinel.addrs) are the sentinels
+	Username       string   // overrides the URL's user
+	Password       string   // overrides the URL's password
+	DB             int      // overrides the URL's database; 0 with a Cluster
+	TLS            TLS      // a rediss:// URL turns TLS on by itself
+	Prefix         string   // reservation key prefix, default DefaultRedisPrefix
+	Eviction       string   // EvictionWarn (default) or EvictionRefuse, when maxmemory-policy is allkeys-*
+}
+
+// NATS says which NATS servers carry the jobs and how the stream is set up.
+type NATS struct {
+	URLs      []string // YAML `urls` (list) or `url` (a URL or comma-separated URLs)
+	CredsFile string   // user JWT and seed (.creds)
+	NKeyFile  string   // nkey user seed
+	User      string
+	Password  string
+	Token     string
+	TLS       TLS // tls:// and wss:// URLs turn TLS on by themselves
+	Stream    string
+	Prefix    string // subject prefix
+	Replicas  int    // 1 to 5
+	Storage   string // StorageFile or StorageMemory
+	Ingest    Ingest
+}
+
+// Ingest says how events arrive over NATS.
+type Ingest struct {
+	// Subjects (YAML request_reply, default true): answer requests on
+	// <prefix>.events.<type> with the decision.
+	Subjects bool
+	// Durable: also consume a durable ingest stream (at-least-once intake).
+	Durable bool
+	Stream  string // the durable ingest stream, default DefaultIngestStream
+}
+
+// HTTP configures the daemon's HTTP API.
+type HTTP struct {
+	Listen string   // host:port, default DefaultHTTPListen
+	Tokens []string // bearer tokens; empty means no authentication
+	// BodyLimit is the largest request body in bytes (YAML: "1MiB",
+	// "512KiB", "10MB" or a byte count), default DefaultBodyLimit.
+	BodyLimit    int64
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+}
+
+// Embedded configures the in-process NATS and Redis run when neither Redis
+// nor NATS is configured (see UsesEmbedded).
+type Embedded struct {
+	NATSListen  string // host:port; port 0 picks a free port
+	RedisListen string // host:port; port 0 picks a free port
+	DataDir     string // JetStream store
+}
+
+// CronRule submits an event on a schedule, through the job type's policy.
+type CronRule struct {
+	Name string
+	// Schedule is a robfig/cron/v3 spec with a seconds field, such as
+	// "0 */5 * * * *", or a descriptor such as "@every 1m" or "@daily".
+	Schedule string
+	Timezone string          // IANA name, default DefaultTimezone
+	Type     string          // job type; it must have a policy
+	Args     json.RawMessage // the YAML `args` as JSON; {} when absent
+	Key      string          // optional explicit round key
+}
+
+// Worker tunes job consumption; zero values take the worker package's
+// defaults.
+type Worker struct {
+	Concurrency int
+	MaxDeliver  int
+	AckWait     time.Duration
+	Backoff     []time.Duration
+}
+
+// Load reads the configuration file at path ("" means none: defaults only),
+// applies the environment overrides listed by EnvVars (env nil means
+// os.Getenv; an empty variable counts as unset), and validates the result.
+// Every problem is reported as an *Error naming the file (or variable), the
+// line when known, the key path and what to change; the first one found is
+// returned. Unknown keys are refused.
+//
+// YAML notes: a null value (`key:` or `key: ~`) leaves the default; anchors,
+// aliases and merge keys (<<) work, but aliases may add at most 100,000
+// nodes; only one document is read; durations are Go durations (30s, 5m,
+// 1h30m) plus whole days (2d, 1d12h).
+func Load(path string, env func(string) string) (*Config, error) {
+	if env == nil {
+		env = os.Getenv
+	}
+	if path == "" {
+		return load(nil, "", env)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("larger than %s; a configuration file is refused above that size", formatSize(MaxFileSize))}
+	}
+	return load(data, path, env)
+}
+
+// load parses data (the contents of file) over the defaults.
+func load(data []byte, file string, env func(string) string) (*Config, error) {
+	c := defaults()
+	c.Source = file
+	d := newDecoder(file)
+	if len(bytes.TrimSpace(data)) > 0 {
+		if err := d.document(data, c); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.applyEnv(c, env); err != nil {
+		return nil, err
+	}
+	if err := d.validate(c); err != nil {
+		return nil, err
+	}
+	for i, p := range c.Policies {
+		c.Policies[i] = p.WithDefaults()
+	}
+	return c, nil
+}
+
+// defaults returns the configuration of an empty file.
+func defaults() *Config {
+	return &Config{
+		Redis: Redis{Prefix: DefaultRedisPrefix, Eviction: DefaultEviction},
+		NATS: NATS{
+			Stream:   DefaultNATSStream,
+			Prefix:   DefaultNATSPrefix,
+			Replicas: DefaultNATSReplicas,
+			Storage:  DefaultNATSStorage,
+			Ingest:   Ingest{Subjects: true, Stream: DefaultIngestStream},
+		},
+		HTTP: HTTP{
+			Listen:       DefaultHTTPListen,
+			BodyLimit:    DefaultBodyLimit,
+			ReadTimeout:  DefaultReadTimeout,
+			WriteTimeout: DefaultWriteTimeout,
+		},
+		Embedded: Embedded{
+			NATSListen:  DefaultEmbeddedNATSListen,
+			RedisListen: DefaultEmbeddedRedisListen,
+			DataDir:     DefaultDataDir,
+		},
+	}
+}
+
+// UsesEmbedded reports whether neither Redis nor NATS is configured, so the
+// daemon runs its embedded development servers. (Load refuses a config with
+// only one of the two.)
+func (c *Config) UsesEmbedded() bool {
+	return !c.Redis.configured() && !c.NATS.configured()
+}
+
+func (r *Redis) configured() bool { return r.URL != "" || len(r.Addrs) > 0 }
+func (n *NATS) configured() bool  { return len(n.URLs) > 0 }

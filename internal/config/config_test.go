@@ -1,0 +1,848 @@
+package config
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coalesce-io/coalesce/debounce"
+)
+
+// noEnv is an environment with nothing set.
+func noEnv(string) string { return "" }
+
+// envOf is an environment holding vars.
+func envOf(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// writeConfig writes a configuration file into a new temp dir.
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "coalesce.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// tlsFiles writes a self-signed CA certificate (which also serves as the
+// client certificate) and its key into dir.
+func tlsFiles(t *testing.T, dir string) (ca, cert, key string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "coalesce test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	ca, cert, key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	for name, b := range map[string][]byte{ca: certPEM, cert: certPEM, key: keyPEM} {
+		if err := os.WriteFile(name, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ca, cert, key
+}
+
+// loadSample loads testdata/coalesce.example.yaml with its /etc/coalesce/
+// files replaced by generated ones.
+func loadSample(t *testing.T, env func(string) string) (*Config, error) {
+	t.Helper()
+	sample, err := os.ReadFile("testdata/coalesce.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "tls"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tlsFiles(t, filepath.Join(dir, "tls"))
+	return Load(writeConfig(t, strings.ReplaceAll(string(sample), "/etc/coalesce/", dir+"/")), env)
+}
+
+func TestSampleLoads(t *testing.T) {
+	t.Parallel()
+	c, err := loadSample(t, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.UsesEmbedded() {
+		t.Error("UsesEmbedded: the sample configures redis and nats")
+	}
+	if got, want := len(c.Policies), 3; got != want {
+		t.Errorf("%d policies, want %d", got, want)
+	}
+	if got, want := len(c.Cron), 2; got != want {
+		t.Errorf("%d cron rules, want %d", got, want)
+	}
+	if _, err := c.RedisClient(); err != nil {
+		t.Errorf("RedisClient: %v", err)
+	}
+}
+
+// TestSampleShowsEveryKey keeps the sample complete: every key the decoder
+// knows appears in it, set or commented out.
+func TestSampleShowsEveryKey(t *testing.T) {
+	t.Parallel()
+	sample, err := os.ReadFile("testdata/coalesce.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, c := newDecoder(""), defaults()
+	var p debounce.Policy
+	var r CronRule
+	sections := map[string][]field{
+		"":               d.topFields(c),
+		"redis":          d.redisFields(&c.Redis),
+		"redis.sentinel": d.sentinelFields(&c.Redis),
+		"redis.tls":      d.tlsFields(&c.Redis.TLS),
+		"nats":           d.natsFields(&c.NATS),
+		"nats.tls":       d.tlsFields(&c.NATS.TLS),
+		"nats.ingest":    d.ingestFields(&c.NATS.Ingest),
+		"http":           d.httpFields(&c.HTTP),
+		"embedded":       d.embeddedFields(&c.Embedded),
+		"policies.*":     d.policyFields(&p),
+		"cron[*]":        d.cronFields(&r),
+		"worker":         d.workerFields(&c.Worker),
+	}
+	for section, fs := range sections {
+		for _, f := range fs {
+			re := regexp.MustCompile(`(?m)^[ \t]*(#[ \t]*)?(- )?` + regexp.QuoteMeta(f.key) + `:`)
+			if !re.Match(sample) {
+				t.Errorf("testdata/coalesce.example.yaml does not show %s", join(section, f.key))
+			}
+		}
+	}
+}
+
+func TestLoadDefaults(t *testing.T) {
+	t.Parallel()
+	want := &Config{
+		Redis: Redis{Prefix: "c", Eviction: "warn"},
+		NATS: NATS{Stream: "COALESCE", Prefix: "co", Replicas: 1, Storage: "file",
+			Ingest: Ingest{Subjects: true, Stream: "COALESCE_INGEST"}},
+		HTTP:     HTTP{Listen: "127.0.0.1:8080", BodyLimit: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second},
+		Embedded: Embedded{NATSListen: "127.0.0.1:4222", RedisListen: "127.0.0.1:6379", DataDir: "./coalesce-data"},
+	}
+	tests := []struct {
+		name    string
+		content *string // nil: no file
+	}{
+		{"no file", nil},
+		{"empty file", new("")},
+		{"comments only", new("# nothing yet\n\n")},
+		{"null document", new("~\n")},
+		{"empty sections", new("redis:\nnats:\nhttp: ~\npolicies:\ncron:\n")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := ""
+			if tt.content != nil {
+				path = writeConfig(t, *tt.content)
+			}
+			got, err := Load(path, noEnv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := *want
+			w.Source = path
+			if !reflect.DeepEqual(got, &w) {
+				t.Errorf("Load:\n got %+v\nwant %+v", got, &w)
+			}
+			if !got.UsesEmbedded() {
+				t.Error("UsesEmbedded = false with nothing configured")
+			}
+		})
+	}
+}
+
+// TestLoadFull sets every key that can be set together and checks each
+// lands in its field.
+func TestLoadFull(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca, cert, key := tlsFiles(t, dir)
+	content := strings.NewReplacer("CA", ca, "CERT", cert, "KEY", key).Replace(`
+redis:
+  url: redis://redis.internal:6379/2
+  username: app
+  password: "0123"
+  db: 2
+  tls: {enabled: true, ca_file: CA, cert_file: CERT, key_file: KEY, insecure_skip_verify: true}
+  prefix: co:r
+  eviction: refuse
+nats:
+  urls: [nats://a:4222, tls://b:4222]
+  user: app
+  password: secret
+  tls: {enabled: true, ca_file: CA, cert_file: CERT, key_file: KEY, insecure_skip_verify: false}
+  stream: JOBS
+  prefix: acme.co
+  replicas: 3
+  storage: memory
+  ingest: {request_reply: false, durable: true, stream: INTAKE}
+http:
+  listen: ":9090"
+  tokens: [t1, t2]
+  body_limit: 512KiB
+  read_timeout: 5s
+  write_timeout: 1m
+embedded:
+  nats_listen: 127.0.0.1:0
+  redis_listen: "[::1]:6380"
+  data_dir: /var/lib/coalesce
+policies:
+  recompute:
+    mode: debounce
+    window: 30s
+    ttl: 10m
+    extend: true
+    max_wait: 5m
+    payload: accumulate
+    max_items: 50
+    item_field: id
+    key_fields: [tenant_id]
+    fail: closed
+  welcome:
+    mode: dedup
+    until: expiry
+    ttl: 1d12h
+  reindex:
+    mode: throttle
+    window: 1m
+    trailing: true
+cron:
+  - name: nightly
+    schedule: "0 30 2 * * *"
+    timezone: Europe/Paris
+    type: recompute
+    args: {tenant_id: 7, id: [1, 2.5, -3e2, 0x1F], note: "a < b", when: 2024-01-02, none: ~, ok: true}
+    key: nightly
+  - name: sweep
+    schedule: "@every 15m"
+    type: welcome
+worker:
+  concurrency: 8
+  max_deliver: 7
+  ack_wait: 45s
+  backoff: [1s, 1m]
+`)
+	path := writeConfig(t, content)
+	got, err := Load(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsBlock := TLS{Enabled: true, CAFile: ca, CertFile: cert, KeyFile: key}
+	redisTLS := tlsBlock
+	redisTLS.InsecureSkipVerify = true
+	want := &Config{
+		Redis: Redis{URL: "redis://redis.internal:6379/2", Username: "app", Password: "0123", DB: 2,
+			TLS: redisTLS, Prefix: "co:r", Eviction: "refuse"},
+		NATS: NATS{URLs: []string{"nats://a:4222", "tls://b:4222"}, User: "app", Password: "secret",
+			TLS: tlsBlock, Stream: "JOBS", Prefix: "acme.co", Replicas: 3, Storage: "memory",
+			Ingest: Ingest{Subjects: false, Durable: true, Stream: "INTAKE"}},
+		HTTP: HTTP{Listen: ":9090", Tokens: []string{"t1", "t2"}, BodyLimit: 512 << 10,
+			ReadTimeout: 5 * time.Second, WriteTimeout: time.Minute},
+		Embedded: Embedded{NATSListen: "127.0.0.1:0", RedisListen: "[::1]:6380", DataDir: "/var/lib/coalesce"},
+		Policies: []debounce.Policy{
+			{Type: "recompute", Mode: debounce.ModeDebounce, Window: 30 * time.Second, TTL: 10 * time.Minute,
+				Extend: true, MaxWait: 5 * time.Minute, Payload: debounce.PayloadAccumulate, MaxItems: 50,
+				ItemField: "id", KeyFields: []string{"tenant_id"}, Fail: debounce.FailClosed},
+			{Type: "welcome", Mode: debounce.ModeDedup, Until: debounce.UntilExpiry, TTL: 36 * time.Hour,
+				Payload: debounce.PayloadFirst, Fail: debounce.FailOpen},
+			{Type: "reindex", Mode: debounce.ModeThrottle, Window: time.Minute, TTL: time.Minute, Trailing: true,
+				Payload: debounce.PayloadFirst, Fail: debounce.FailOpen},
+		},
+		Cron: []CronRule{
+			{Name: "nightly", Schedule: "0 30 2 * * *", Timezone: "Europe/Paris", Type: "recompute",
+				Args: json.RawMessage(`{"tenant_id":7,"id":[1,2.5,-3e2,31],"note":"a < b","when":"2024-01-02","none":null,"ok":true}`),
+				Key:  "nightly"},
+			{Name: "sweep", Schedule: "@every 15m", Timezone: "UTC", Type: "welcome", Args: json.RawMessage(`{}`)},
+		},
+		Worker: Worker{Concurrency: 8, MaxDeliver: 7, AckWait: 45 * time.Second, Backoff: []time.Duration{time.Second, time.Minute}},
+		Source: path,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
+		for i := range min(len(got.Cron), len(want.Cron)) {
+			if g, w := string(got.Cron[i].Args), string(want.Cron[i].Args); g != w {
+				t.Errorf("cron[%d].args = %s, want %s", i, g, w)
+			}
+		}
+	}
+	if got.UsesEmbedded() {
+		t.Error("UsesEmbedded = true with redis and nats configured")
+	}
+}
+
+func TestLoadAccepts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		yaml  string
+		check func(t *testing.T, c *Config)
+	}{
+		{"merge keys and anchors", `
+policies:
+  a: &base {mode: debounce, window: 30s, fail: closed}
+  b:
+    <<: *base
+    window: 1m
+  c:
+    <<: [{payload: last}, *base]
+    payload: first
+`, func(t *testing.T, c *Config) {
+			b, cc := c.Policies[1], c.Policies[2]
+			if b.Mode != debounce.ModeDebounce || b.Window != time.Minute || b.Fail != debounce.FailClosed {
+				t.Errorf("b = %+v", b)
+			}
+			if cc.Payload != debounce.PayloadFirst || cc.Window != 30*time.Second {
+				t.Errorf("c = %+v", cc)
+			}
+		}},
+		{"nats url as one string", "redis: {url: redis://r}\nnats: {url: 'nats://a:4222, nats://b:4222'}\n", func(t *testing.T, c *Config) {
+			if want := []string{"nats://a:4222", "nats://b:4222"}; !reflect.DeepEqual(c.NATS.URLs, want) {
+				t.Errorf("URLs = %q, want %q", c.NATS.URLs, want)
+			}
+		}},
+		{"sentinel", "redis:\n  sentinel: {master: mymaster, addrs: ['s1:26379', 's2:26379']}\n  db: 3\nnats: {urls: [n:4222]}\n", func(t *testing.T, c *Config) {
+			if c.Redis.SentinelMaster != "mymaster" || len(c.Redis.Addrs) != 2 || c.Redis.DB != 3 {
+				t.Errorf("Redis = %+v", c.Redis)
+			}
+		}},
+		{"cluster", "redis: {addrs: ['r1:6379', 'r2:6379']}\nnats: {urls: [n:4222]}\n", func(t *testing.T, c *Config) {
+			if len(c.Redis.Addrs) != 2 || c.Redis.SentinelMaster != "" {
+				t.Errorf("Redis = %+v", c.Redis)
+			}
+		}},
+		{"body limit as a byte count", "http: {body_limit: 2048}\n", func(t *testing.T, c *Config) {
+			if c.HTTP.BodyLimit != 2048 {
+				t.Errorf("BodyLimit = %d", c.HTTP.BodyLimit)
+			}
+		}},
+		{"body limit in decimal units", "http: {body_limit: 10MB}\n", func(t *testing.T, c *Config) {
+			if c.HTTP.BodyLimit != 10_000_000 {
+				t.Errorf("BodyLimit = %d", c.HTTP.BodyLimit)
+			}
+		}},
+		{"cron args scalar and list", `
+policies: {p: {mode: dedup}}
+cron:
+  - {name: a, schedule: "@hourly", type: p, args: [x, 1]}
+  - {name: b, schedule: "@hourly", type: p, args: just text}
+`, func(t *testing.T, c *Config) {
+			if g := string(c.Cron[0].Args); g != `["x",1]` {
+				t.Errorf("args = %s", g)
+			}
+			if g := string(c.Cron[1].Args); g != `"just text"` {
+				t.Errorf("args = %s", g)
+			}
+		}},
+		{"a second empty document", "http: {listen: ':1'}\n---\n", func(t *testing.T, c *Config) {
+			if c.HTTP.Listen != ":1" {
+				t.Errorf("Listen = %q", c.HTTP.Listen)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(writeConfig(t, tt.yaml), noEnv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+// ext is a minimal external setup, for cases that need one.
+const ext = "redis:\n  url: redis://r:6379\nnats:\n  urls: ['nats://n:4222']\n"
+
+func TestLoadRefuses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca, _, key := tlsFiles(t, dir)
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bomb := "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+	for i, prev := range []string{"a", "b", "c", "d", "e", "f"} {
+		name := string(rune('b' + i))
+		bomb += name + ": &" + name + " [" + strings.Repeat("*"+prev+", ", 9) + "*" + prev + "]\n"
+	}
+	dedup := "policies:\n  recompute: {mode: dedup}\n"
+
+	tests := []struct {
+		name string
+		yaml string
+		env  map[string]string
+		want string // FILE stands for the file's path
+	}{
+		// Keys.
+		{"unknown top-level key", "redsi:\n  url: x\n",
+			nil, `FILE:1: redsi: unknown key (known: redis, nats, http, embedded, policies, cron, worker)`},
+		{"unknown policy key", "policies:\n  recompute:\n    mode: debounce\n    mood: happy\n",
+			nil, `FILE:4: policies.recompute.mood: unknown key (known: mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail)`},
+		{"unknown nested key", "nats:\n  ingest:\n    durabel: true\n",
+			nil, `FILE:3: nats.ingest.durabel: unknown key (known: request_reply, durable, stream)`},
+		{"odd key is quoted", "http:\n  \"list en\": x\n",
+			nil, `FILE:2: http."list en": unknown key (known: listen, tokens, body_limit, read_timeout, write_timeout)`},
+		{"duplicate key", "http:\n  listen: :8080\n  listen: :9090\n",
+			nil, `FILE:3: http.listen: mapping key "listen" already defined at line 2`},
+		{"duplicate policy", "policies:\n  a: {mode: dedup}\n  a: {mode: dedup}\n",
+			nil, `FILE:3: policies.a: mapping key "a" already defined at line 2`},
+
+		// Shapes and scalars.
+		{"top level is a list", "- redis\n",
+			nil, `FILE:1: the file must be a mapping of keys (redis, nats, http, embedded, policies, cron, worker) to values, not a list`},
+		{"section is a string", "redis: localhost\n",
+			nil, `FILE:1: redis: must be a mapping of keys to values, not a string`},
+		{"policies is a list", "policies:\n  - recompute\n",
+			nil, `FILE:2: policies: must be a mapping of keys to values, not a list`},
+		{"bad duration", "policies:\n  recompute_financials:\n    mode: debounce\n    window: 3x\n",
+			nil, `FILE:4: policies.recompute_financials.window: "3x" is not a duration (use e.g. 30s, 5m)`},
+		{"duration without unit", "http: {read_timeout: 30}\n",
+			nil, `FILE:1: http.read_timeout: "30" is not a duration (use e.g. 30s, 5m)`},
+		{"negative duration", "policies:\n  recompute:\n    mode: debounce\n    window: -5s\n",
+			nil, `FILE:4: policies.recompute.window: "-5s" must not be negative`},
+		{"negative number", "worker:\n  concurrency: -1\n",
+			nil, `FILE:2: worker.concurrency: -1 must not be negative`},
+		{"not a number", "nats:\n  replicas: three\n",
+			nil, `FILE:2: nats.replicas: "three" is not a whole number`},
+		{"fraction", "redis:\n  db: 1.5\n",
+			nil, `FILE:2: redis.db: "1.5" is not a whole number`},
+		{"not a boolean", "nats:\n  ingest:\n    durable: yes\n",
+			nil, `FILE:3: nats.ingest.durable: "yes" is not true or false`},
+		{"string is a mapping", "redis:\n  password: {a: b}\n",
+			nil, `FILE:2: redis.password: must be a string, not a mapping`},
+		{"binary string", "redis:\n  password: !!binary aGVsbG8=\n",
+			nil, `FILE:2: redis.password: must be a string, not a value tagged !!binary`},
+		{"list expected", "http:\n  tokens: abc\n",
+			nil, `FILE:2: http.tokens: must be a list, not a string`},
+		{"list item", "worker:\n  backoff: [1s, soon]\n",
+			nil, `FILE:2: worker.backoff[1]: "soon" is not a duration (use e.g. 30s, 5m)`},
+
+		// YAML itself.
+		{"syntax error", "redis:\n  url: [a\n",
+			nil, `FILE:2: invalid YAML: did not find expected ',' or ']'`},
+		{"bad indentation", "redis:\n  url: a\n prefix: b\n",
+			nil, `FILE:3: invalid YAML: did not find expected key`},
+		{"tab", "redis:\n\turl: a\n",
+			nil, `FILE:2: invalid YAML: found character that cannot start any token`},
+		{"two documents", "http: {}\n---\nredis: {}\n",
+			nil, `FILE:2: a second YAML document (after ---); keep the whole configuration in one`},
+		{"alias bomb", bomb,
+			nil, `FILE:1: aliases expand the document by more than 100000 nodes; write the values out instead`},
+		{"alias cycle", "cron: &x [*x]\n",
+			nil, `FILE:1: alias *x refers to a node that contains it`},
+		{"merge of a list of scalars", "policies:\n  a:\n    <<: [x]\n",
+			nil, `FILE:3: policies.a: << must merge a mapping or a list of mappings, not a string`},
+
+		// Enums and ranges.
+		{"bad storage", "nats:\n  storage: disk\n",
+			nil, `FILE:2: nats.storage: "disk" is not file or memory`},
+		{"bad eviction", "redis:\n  eviction: ignore\n",
+			nil, `FILE:2: redis.eviction: "ignore" is not warn or refuse`},
+		{"replicas", "nats:\n  replicas: 7\n",
+			nil, `FILE:2: nats.replicas: 7 must be 1 to 5`},
+		{"bad mode", "policies:\n  recompute:\n    mode: sometimes\n",
+			nil, `FILE:3: policies.recompute.mode: "sometimes" is not a mode; use dedup, throttle or debounce`},
+		{"body limit unit", "http:\n  body_limit: 10XB\n",
+			nil, `FILE:2: http.body_limit: "10XB" is not a size (use e.g. 1MiB, 512KiB, 10MB or a byte count)`},
+		{"body limit too large", "http:\n  body_limit: 2GiB\n",
+			nil, `FILE:2: http.body_limit: 2GiB is more than the 1GiB limit`},
+		{"body limit zero", "http:\n  body_limit: 0\n",
+			nil, `FILE:2: http.body_limit: must be more than 0`},
+		{"zero timeout", "http:\n  write_timeout: 0s\n",
+			nil, `FILE:2: http.write_timeout: must be more than 0`},
+		{"bad listen", "http:\n  listen: localhost\n",
+			nil, `FILE:2: http.listen: "localhost" is not host:port (e.g. 127.0.0.1:8080 or :8080): missing port in address`},
+		{"bad port", "embedded:\n  redis_listen: 127.0.0.1:99999\n",
+			nil, `FILE:2: embedded.redis_listen: "127.0.0.1:99999" is not host:port (e.g. 127.0.0.1:4222): the port "99999" is not a number from 0 to 65535`},
+		{"empty token", "http:\n  tokens: [ok, '']\n",
+			nil, `FILE:2: http.tokens[1]: empty; remove it or give a token`},
+		{"stream names", "nats:\n  stream: my.jobs\n",
+			nil, `FILE:2: nats.stream: "my.jobs" must be 1-255 characters without . * > / \ or whitespace`},
+		{"same streams", "nats:\n  stream: X\n  ingest: {stream: X}\n",
+			nil, `FILE:3: nats.ingest.stream: "X" is the job stream's name too; give the ingest stream its own`},
+		{"subject prefix", "nats:\n  prefix: 'co.*'\n",
+			nil, `FILE:2: nats.prefix: "co.*" must be dot-separated subject tokens without empty tokens, wildcards (* >) or whitespace`},
+		{"redis prefix", "redis:\n  prefix: 'a{b}'\n",
+			nil, `FILE:2: redis.prefix: "a{b}" must not contain { } * ? [ ] or \`},
+		{"ack wait", "worker:\n  ack_wait: 100ms\n",
+			nil, `FILE:2: worker.ack_wait: 100ms is shorter than 300ms`},
+
+		// Policies.
+		{"debounce without window", "policies:\n  recompute:\n    mode: debounce\n",
+			nil, `FILE:2: policies.recompute.window: required: how long to wait for more events, e.g. window: 30s`},
+		{"ttl too short", "policies:\n  recompute:\n    mode: debounce\n    window: 30s\n    ttl: 10s\n",
+			nil, `FILE:5: policies.recompute.ttl: 10s is shorter than the latest due time (30s after the first event) plus 2s grace: the reservation would expire before the job starts and a second round would open; use at least 32s or leave ttl unset`},
+		{"extend without max_wait", "policies:\n  recompute:\n    mode: debounce\n    window: 30s\n    extend: true\n",
+			nil, `FILE:2: policies.recompute.max_wait: required with extend: without it a key that never goes quiet is never run; e.g. max_wait: 5m`},
+		{"null policy", "policies:\n  recompute:\n",
+			nil, `FILE:2: policies.recompute.mode: missing; set dedup, throttle or debounce`},
+		{"bad job type", "policies:\n  \"re compute\": {mode: dedup}\n",
+			nil, `FILE:2: policies."re compute": not a valid job type: "re compute" has ' ' at byte 2; a job type is 1-128 characters of A-Z a-z 0-9 _ . : - starting with a letter or digit`},
+
+		// Cron.
+		{"cron bad spec", dedup + "cron:\n  - name: nightly\n    schedule: '*/5 * * * *'\n    type: recompute\n",
+			nil, `FILE:5: cron[0].schedule: "*/5 * * * *" is not a cron schedule: expected exactly 6 fields, found 5: [*/5 * * * *] (use 6 fields with seconds first, e.g. "0 */5 * * * *", or a descriptor such as "@every 1m")`},
+		{"cron TZ in spec", dedup + "cron:\n  - name: nightly\n    schedule: 'TZ=UTC'\n    type: recompute\n",
+			nil, `FILE:5: cron[0].schedule: put the time zone in timezone, not in the schedule`},
+		{"cron without schedule", dedup + "cron:\n  - name: nightly\n    type: recompute\n",
+			nil, `FILE:4: cron[0].schedule: required: when to submit (use 6 fields with seconds first, e.g. "0 */5 * * * *", or a descriptor such as "@every 1m")`},
+		{"cron unknown timezone", dedup + "cron:\n  - name: nightly\n    schedule: '@daily'\n    timezone: Mars/Olympus\n    type: recompute\n",
+			nil, `FILE:6: cron[0].timezone: "Mars/Olympus" is not a time zone (use an IANA name such as Europe/Paris, or UTC)`},
+		{"cron type without policy", dedup + "cron:\n  - name: nightly\n    schedule: '@daily'\n    type: reindex\n",
+			nil, `FILE:6: cron[0].type: no policy for job type "reindex"; add it under policies`},
+		{"cron duplicate name", dedup + "cron:\n  - {name: nightly, schedule: '@daily', type: recompute}\n  - {name: nightly, schedule: '@hourly', type: recompute}\n",
+			nil, `FILE:5: cron[1].name: "nightly" is already the name of cron[0]`},
+		{"cron without name", dedup + "cron:\n  - {schedule: '@daily', type: recompute}\n",
+			nil, `FILE:4: cron[0].name: required: a name for the rule, unique among the rules`},
+		{"cron null rule", dedup + "cron:\n  -\n",
+			nil, `FILE:4: cron[0]: an empty rule; give it name, schedule and type`},
+		{"cron args without key field", "policies:\n  recompute: {mode: dedup, key_fields: [tenant_id]}\ncron:\n  - name: n\n    schedule: '@daily'\n    type: recompute\n    args: {x: 1}\n",
+			nil, `FILE:7: cron[0].args.tenant_id: key field "tenant_id" is missing; every key field must be present in args`},
+		{"cron args binary", dedup + "cron:\n  - name: n\n    schedule: '@daily'\n    type: recompute\n    args:\n      blob: !!binary aGVsbG8=\n",
+			nil, `FILE:8: cron[0].args.blob: binary values have no JSON form; pass the base64 text as a string (quote it without !!binary)`},
+		{"cron args number key", dedup + "cron:\n  - name: n\n    schedule: '@daily'\n    type: recompute\n    args: {1: one}\n",
+			nil, `FILE:7: cron[0].args.1: key "1" is a number, but JSON object keys are strings; quote it`},
+		{"cron args infinity", dedup + "cron:\n  - name: n\n    schedule: '@daily'\n    type: recompute\n    args: {x: .inf}\n",
+			nil, `FILE:7: cron[0].args.x: ".inf" has no JSON form; quote it to pass a string`},
+		{"cron args custom tag", dedup + "cron:\n  - name: n\n    schedule: '@daily'\n    type: recompute\n    args: {x: !secret abc}\n",
+			nil, `FILE:7: cron[0].args.x: values tagged !secret have no JSON form`},
+		{"cron accumulate without item", "policies:\n  r: {mode: debounce, window: 1m, payload: accumulate, item_field: id}\ncron:\n  - name: n\n    schedule: '@daily'\n    type: r\n    args: {x: 1}\n",
+			nil, `FILE:7: cron[0].args: has no member "id", the policy's item_field`},
+
+		// Redis and NATS.
+		{"redis url and addrs", "redis:\n  url: redis://r:6379\n  addrs: ['r1:6379']\nnats: {urls: [n]}\n",
+			nil, `FILE:3: redis.addrs: redis.url is set too; use url for a single node, addrs for a Cluster or sentinel.addrs for Sentinel`},
+		{"redis addrs and sentinel addrs", "redis:\n  addrs: ['r1:6379']\n  sentinel:\n    master: m\n    addrs: ['s:26379']\n",
+			nil, `FILE:5: redis.sentinel.addrs: redis.addrs is set too; use addrs for a Cluster, sentinel.addrs for Sentinel`},
+		{"sentinel without master", "redis:\n  sentinel:\n    addrs: ['s:26379']\nnats: {urls: [n]}\n",
+			nil, `FILE:2: redis.sentinel.master: required with sentinel.addrs: the name the sentinels monitor the primary under`},
+		{"cluster with a db", "redis:\n  addrs: ['r1:6379']\n  db: 1\nnats: {urls: [n]}\n",
+			nil, `FILE:3: redis.db: Redis Cluster has only database 0; remove db`},
+		{"redis bad url", "redis:\n  url: http://user:hunter2@r\nnats: {urls: [n]}\n",
+			nil, `FILE:2: redis.url: not a Redis URL: invalid URL scheme: http (use e.g. redis://host:6379/0 or rediss://host:6380)`},
+		{"redis unparsable url", "redis:\n  url: 'redis://user:hunter2@r:port'\nnats: {urls: [n]}\n",
+			nil, `FILE:2: redis.url: not a Redis URL: invalid port ":port" after host (use e.g. redis://host:6379/0 or rediss://host:6380)`},
+		{"redis db differs from url", "redis:\n  url: redis://r/1\n  db: 2\nnats: {urls: [n]}\n",
+			nil, `FILE:3: redis.db: 2 differs from database 1 in redis.url; set it in one place`},
+		{"bad cluster address", "redis:\n  addrs: ['r1:6379', 'r2']\nnats: {urls: [n]}\n",
+			nil, `FILE:2: redis.addrs[1]: "r2" is not host:port: missing port in address`},
+		{"only redis", "redis:\n  url: redis://localhost:6379\n",
+			nil, `FILE:2: redis.url: redis is configured but nats is not; set nats.urls (or COALESCE_NATS_URL) too, or neither to run the embedded servers`},
+		{"only nats", "nats:\n  url: nats://localhost:4222\n",
+			nil, `FILE:2: nats.url: nats is configured but redis is not; set redis.url or redis.addrs (or COALESCE_REDIS_URL) too, or neither to run the embedded servers`},
+		{"nats url and urls", "nats:\n  url: nats://a\n  urls: [nats://b]\n",
+			nil, `FILE:3: nats.urls: nats.url is set too; use one of url and urls`},
+		{"nats bad scheme", "redis: {url: 'redis://r'}\nnats:\n  urls: ['http://n:4222']\n",
+			nil, `FILE:3: nats.urls[0]: not a NATS URL: the scheme "http" is not nats, tls, ws or wss (use e.g. nats://host:4222 or tls://host:4222)`},
+		{"nats two auth methods", ext + "  token: abc\n  user: app\n",
+			nil, `FILE:5: nats.token: nats.user is set too; use one way to authenticate: creds_file, nkey_file, user and password, or token`},
+		{"nats password without user", ext + "  password: abc\n",
+			nil, `FILE:5: nats.password: needs nats.user`},
+		{"nats creds missing", ext + "  creds_file: /nonexistent/app.creds\n",
+			nil, `FILE:5: nats.creds_file: "/nonexistent/app.creds" does not exist`},
+		{"nats nkey not a seed", ext + "  nkey_file: " + notPEM + "\n",
+			nil, `FILE:5: nats.nkey_file: "` + notPEM + `" is not an nkey user seed file: nkeys: no nkey seed found`},
+		{"nats creds is a directory", ext + "  creds_file: " + dir + "\n",
+			nil, `FILE:5: nats.creds_file: "` + dir + `" is not a regular file`},
+
+		// TLS.
+		{"missing TLS file", "redis:\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n",
+			nil, `FILE:4: redis.tls.ca_file: "/nonexistent/ca.pem" does not exist`},
+		{"TLS file while TLS is off", "redis:\n  url: redis://r\n  tls:\n    ca_file: " + ca + "\nnats: {urls: [n]}\n",
+			nil, `FILE:4: redis.tls.ca_file: is set but TLS is off; set redis.tls.enabled: true or use a rediss:// URL`},
+		{"key without cert", "nats:\n  tls:\n    enabled: true\n    key_file: " + key + "\n",
+			nil, `FILE:2: nats.tls.cert_file: required with key_file`},
+		{"CA file without PEM", "nats:\n  tls:\n    enabled: true\n    ca_file: " + notPEM + "\n",
+			nil, `FILE:4: nats.tls.ca_file: "` + notPEM + `" holds no PEM certificate`},
+		{"key pair mismatch", "nats:\n  tls:\n    enabled: true\n    cert_file: " + ca + "\n    key_file: " + notPEM + "\n",
+			nil, `FILE:4: nats.tls.cert_file: "` + ca + `" with "` + notPEM + `": tls: failed to find any PEM data in key input`},
+
+		// Environment.
+		{"env url only", "", map[string]string{"COALESCE_REDIS_URL": "redis://r"},
+			`COALESCE_REDIS_URL: redis.url: redis is configured but nats is not; set nats.urls (or COALESCE_NATS_URL) too, or neither to run the embedded servers`},
+		{"env bad url", "nats: {urls: [n]}\n", map[string]string{"COALESCE_REDIS_URL": "http://user:hunter2@r"},
+			`COALESCE_REDIS_URL: redis.url: not a Redis URL: invalid URL scheme: http (use e.g. redis://host:6379/0 or rediss://host:6380)`},
+		{"env url and addrs", "", map[string]string{"COALESCE_REDIS_URL": "redis://r", "COALESCE_REDIS_ADDRS": "a:1"},
+			`COALESCE_REDIS_ADDRS: COALESCE_REDIS_URL is set too; set one of them`},
+		{"env addrs item", "nats: {urls: [n]}\nredis:\n  addrs: ['r1:6379']\n", map[string]string{"COALESCE_REDIS_ADDRS": "a:1,b"},
+			`COALESCE_REDIS_ADDRS: redis.addrs[1]: "b" is not host:port: missing port in address`},
+		{"env auth methods clash", ext, map[string]string{"COALESCE_NATS_TOKEN": "t", "COALESCE_NATS_USER": "u"},
+			`COALESCE_NATS_TOKEN: nats.token: nats.user is set too; use one way to authenticate: creds_file, nkey_file, user and password, or token`},
+		{"env password without user", ext + "  token: abc\n", map[string]string{"COALESCE_NATS_PASSWORD": "p"},
+			`COALESCE_NATS_PASSWORD: nats.password: needs nats.user`},
+		{"env token", "", map[string]string{"COALESCE_HTTP_TOKENS": "a b"},
+			`COALESCE_HTTP_TOKENS: http.tokens[0]: holds whitespace or control characters`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeConfig(t, tt.yaml)
+			c, err := Load(path, envOf(tt.env))
+			if err == nil {
+				t.Fatalf("Load accepted it: %+v", c)
+			}
+			want := strings.ReplaceAll(tt.want, "FILE", path)
+			if got := err.Error(); got != want {
+				t.Errorf("Load error:\n got %s\nwant %s", got, want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("errors.Is(%v, ErrInvalid) = false", err)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("the error shows a password: %v", err)
+			}
+		})
+	}
+}
+
+func TestLoadPolicyErrorUnwraps(t *testing.T) {
+	t.Parallel()
+	_, err := Load(writeConfig(t, "policies:\n  a: {mode: debounce}\n"), noEnv)
+	var pe *debounce.PolicyError
+	if !errors.As(err, &pe) || pe.Field != "window" {
+		t.Fatalf("errors.As(%v, *PolicyError) = %v, %+v", err, errors.As(err, &pe), pe)
+	}
+	if !errors.Is(err, debounce.ErrInvalidPolicy) {
+		t.Errorf("errors.Is(%v, debounce.ErrInvalidPolicy) = false", err)
+	}
+}
+
+func TestLoadFileLimits(t *testing.T) {
+	t.Parallel()
+	t.Run("too large", func(t *testing.T) {
+		t.Parallel()
+		path := writeConfig(t, "# "+strings.Repeat("x", MaxFileSize)+"\n")
+		_, err := Load(path, noEnv)
+		if want := path + ": larger than 1MiB; a configuration file is refused above that size"; err == nil || err.Error() != want {
+			t.Errorf("Load error = %v, want %s", err, want)
+		}
+	})
+	t.Run("just under the limit", func(t *testing.T) {
+		t.Parallel()
+		content := "http: {listen: ':1'}\n"
+		content += "#" + strings.Repeat("x", MaxFileSize-len(content)-2) + "\n"
+		if _, err := Load(writeConfig(t, content), noEnv); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		t.Parallel()
+		_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), noEnv)
+		if !errors.Is(err, os.ErrNotExist) || !strings.HasPrefix(err.Error(), "config: open ") {
+			t.Errorf("Load error = %v, want a not-exist error", err)
+		}
+	})
+}
+
+func TestEnvOverrides(t *testing.T) {
+	t.Parallel()
+	file := `
+redis:
+  addrs: ['r1:6379']
+  username: file-user
+  password: file-pass
+nats:
+  urls: [nats://file:4222]
+  user: file-user
+  password: file-pass
+http:
+  tokens: [file-token]
+`
+	env := map[string]string{
+		"COALESCE_REDIS_URL":      "redis://env:6379/1",
+		"COALESCE_REDIS_USERNAME": "env-user",
+		"COALESCE_REDIS_PASSWORD": "env-pass",
+		"COALESCE_NATS_URL":       "nats://e1:4222, nats://e2:4222",
+		"COALESCE_NATS_USER":      "env-user",
+		"COALESCE_NATS_PASSWORD":  "env-pass",
+		"COALESCE_HTTP_TOKENS":    "t1,t2",
+		"COALESCE_NATS_TOKEN":     "", // empty: ignored
+	}
+	c, err := Load(writeConfig(t, file), envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRedis := Redis{URL: "redis://env:6379/1", Username: "env-user", Password: "env-pass", Prefix: "c", Eviction: "warn"}
+	if !reflect.DeepEqual(c.Redis, wantRedis) {
+		t.Errorf("Redis = %+v, want %+v", c.Redis, wantRedis)
+	}
+	if want := []string{"nats://e1:4222", "nats://e2:4222"}; !reflect.DeepEqual(c.NATS.URLs, want) {
+		t.Errorf("NATS.URLs = %q, want %q", c.NATS.URLs, want)
+	}
+	if c.NATS.User != "env-user" || c.NATS.Password != "env-pass" || c.NATS.Token != "" {
+		t.Errorf("NATS auth = %q %q %q", c.NATS.User, c.NATS.Password, c.NATS.Token)
+	}
+	if want := []string{"t1", "t2"}; !reflect.DeepEqual(c.HTTP.Tokens, want) {
+		t.Errorf("HTTP.Tokens = %q, want %q", c.HTTP.Tokens, want)
+	}
+
+	t.Run("credentials replace the file's", func(t *testing.T) {
+		t.Parallel()
+		c, err := Load(writeConfig(t, ext+"  creds_file: /nonexistent.creds\n  user: app\n"), envOf(map[string]string{"COALESCE_NATS_TOKEN": "tok"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := c.NATS; n.Token != "tok" || n.CredsFile != "" || n.User != "" {
+			t.Errorf("NATS = %+v", n)
+		}
+	})
+	t.Run("a password keeps the file's user", func(t *testing.T) {
+		t.Parallel()
+		c, err := Load(writeConfig(t, ext+"  user: app\n"), envOf(map[string]string{"COALESCE_NATS_PASSWORD": "pw"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := c.NATS; n.User != "app" || n.Password != "pw" {
+			t.Errorf("NATS = %+v", n)
+		}
+	})
+	t.Run("url replaces the file's sentinel", func(t *testing.T) {
+		t.Parallel()
+		file := "redis:\n  sentinel: {master: m, addrs: ['s:26379']}\nnats: {urls: [n]}\n"
+		c, err := Load(writeConfig(t, file), envOf(map[string]string{"COALESCE_REDIS_URL": "redis://r"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := c.Redis; r.URL != "redis://r" || r.SentinelMaster != "" || r.Addrs != nil {
+			t.Errorf("Redis = %+v", r)
+		}
+	})
+	t.Run("addrs replace the file's url", func(t *testing.T) {
+		t.Parallel()
+		c, err := Load(writeConfig(t, ext), envOf(map[string]string{"COALESCE_REDIS_ADDRS": "a:1, b:2"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Redis.URL != "" || !reflect.DeepEqual(c.Redis.Addrs, []string{"a:1", "b:2"}) {
+			t.Errorf("Redis = %+v", c.Redis)
+		}
+	})
+	t.Run("environment only", func(t *testing.T) {
+		t.Parallel()
+		c, err := Load("", envOf(map[string]string{"COALESCE_REDIS_URL": "redis://r", "COALESCE_NATS_URL": "n:4222"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.UsesEmbedded() || c.Source != "" {
+			t.Errorf("UsesEmbedded = %v, Source = %q", c.UsesEmbedded(), c.Source)
+		}
+	})
+}
+
+func TestEnvVars(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, v := range EnvVars() {
+		if v.Description == "" {
+			t.Errorf("%s has no description", v.Name)
+		}
+		names = append(names, v.Name)
+	}
+	want := []string{"COALESCE_REDIS_URL", "COALESCE_REDIS_ADDRS", "COALESCE_REDIS_USERNAME", "COALESCE_REDIS_PASSWORD",
+		"COALESCE_NATS_URL", "COALESCE_NATS_CREDS", "COALESCE_NATS_NKEY", "COALESCE_NATS_USER", "COALESCE_NATS_PASSWORD",
+		"COALESCE_NATS_TOKEN", "COALESCE_HTTP_TOKENS"}
+	if !reflect.DeepEqual(names, want) {
+		t.Errorf("EnvVars names = %q, want %q", names, want)
+	}
+	EnvVars()[0].Name = "changed"
+	if EnvVars()[0].Name != want[0] {
+		t.Error("EnvVars returns shared state")
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"30s", 30 * time.Second, true},
+		{"1h30m", 90 * time.Minute, true},
+		{"2d", 48 * time.Hour, true},
+		{"1d12h", 36 * time.Hour, true},
+		{"-1d", -24 * time.Hour, true},
+		{"0", 0, true},
+		{"d", 0, false},
+		{"1d-1h", 0, false},
+		{"--1d", 0, false},
+		{"1dx", 0, false},
+		{"30", 0, false},
+		{"99999999999999999999d", 0, false},
+		{"106752d", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseDuration(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"1MiB", 1 << 20, true},
+		{"512KiB", 512 << 10, true},
+		{"10MB", 10_000_000, true},
+		{"10 mb", 10_000_000, true},
+		{"1GiB", 1 << 30, true},
+		{"1024", 1024, true},
+		{"7B", 7, true},
+		{"10XB", 0, false},
+		{"MiB", 0, false},
+		{"1.5MiB", 0, false},
+		{"-1", 0, false},
+		{"99999999999GiB", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := parseSize(tt.in)
+		if ok != tt.ok || got != tt.want {
+			t.Errorf("parseSize(%q) = %v, %v; want %v, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}

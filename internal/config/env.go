@@ -1,0 +1,118 @@
+package config
+
+import "slices"
+
+// EnvVar is an environment variable Load reads over the file.
+type EnvVar struct {
+	Name        string
+	Description string
+}
+
+// envOverride is an EnvVar and the key it sets.
+type envOverride struct {
+	EnvVar
+	path  string
+	apply func(c *Config, v string)
+}
+
+// envOverrides are the environment overrides, in the order they are
+// applied. They keep secrets and deployment addresses out of the file.
+func envOverrides() []envOverride {
+	return []envOverride{
+		{EnvVar{"COALESCE_REDIS_URL", "Redis URL (redis://, rediss:// or unix://) of a single node; replaces redis.url, redis.addrs and redis.sentinel"},
+			"redis.url", func(c *Config, v string) { c.Redis.URL, c.Redis.Addrs, c.Redis.SentinelMaster = v, nil, "" }},
+		{EnvVar{"COALESCE_REDIS_ADDRS", "comma-separated Redis Cluster seeds (or sentinels, with redis.sentinel.master); replaces redis.addrs and redis.url"},
+			"redis.addrs", func(c *Config, v string) { c.Redis.Addrs, c.Redis.URL = splitList(v), "" }},
+		{EnvVar{"COALESCE_REDIS_USERNAME", "Redis ACL user; replaces redis.username"},
+			"redis.username", func(c *Config, v string) { c.Redis.Username = v }},
+		{EnvVar{"COALESCE_REDIS_PASSWORD", "Redis password; replaces redis.password"},
+			"redis.password", func(c *Config, v string) { c.Redis.Password = v }},
+		{EnvVar{"COALESCE_NATS_URL", "comma-separated NATS server URLs; replaces nats.url/nats.urls"},
+			"nats.urls", func(c *Config, v string) { c.NATS.URLs = splitList(v) }},
+		{EnvVar{"COALESCE_NATS_CREDS", "NATS user credentials file (.creds); replaces nats.creds_file"},
+			"nats.creds_file", func(c *Config, v string) { c.NATS.CredsFile = v }},
+		{EnvVar{"COALESCE_NATS_NKEY", "NATS nkey seed file; replaces nats.nkey_file"},
+			"nats.nkey_file", func(c *Config, v string) { c.NATS.NKeyFile = v }},
+		{EnvVar{"COALESCE_NATS_USER", "NATS user; replaces nats.user"},
+			"nats.user", func(c *Config, v string) { c.NATS.User = v }},
+		{EnvVar{"COALESCE_NATS_PASSWORD", "NATS password; replaces nats.password"},
+			"nats.password", func(c *Config, v string) { c.NATS.Password = v }},
+		{EnvVar{"COALESCE_NATS_TOKEN", "NATS token; replaces nats.token"},
+			"nats.token", func(c *Config, v string) { c.NATS.Token = v }},
+		{EnvVar{"COALESCE_HTTP_TOKENS", "comma-separated HTTP bearer tokens; replaces http.tokens"},
+			"http.tokens", func(c *Config, v string) { c.HTTP.Tokens = splitList(v) }},
+	}
+}
+
+// EnvVars lists the environment variables Load reads, for --help. A set,
+// non-empty variable replaces the file's value. A NATS credential the
+// environment sets also displaces the file's other ways to authenticate
+// (COALESCE_NATS_TOKEN drops the file's creds_file, nkey_file, user and
+// password; COALESCE_NATS_PASSWORD keeps the file's user).
+//
+//	COALESCE_REDIS_URL       Redis URL of a single node (replaces redis.url, redis.addrs and redis.sentinel)
+//	COALESCE_REDIS_ADDRS     comma-separated Cluster seeds or sentinels (replaces redis.addrs and redis.url)
+//	COALESCE_REDIS_USERNAME  redis.username
+//	COALESCE_REDIS_PASSWORD  redis.password
+//	COALESCE_NATS_URL        comma-separated NATS URLs (replaces nats.url/nats.urls)
+//	COALESCE_NATS_CREDS      nats.creds_file
+//	COALESCE_NATS_NKEY       nats.nkey_file
+//	COALESCE_NATS_USER       nats.user
+//	COALESCE_NATS_PASSWORD   nats.password
+//	COALESCE_NATS_TOKEN      nats.token
+//	COALESCE_HTTP_TOKENS     comma-separated http.tokens
+func EnvVars() []EnvVar {
+	overrides := envOverrides()
+	out := make([]EnvVar, len(overrides))
+	for i, o := range overrides {
+		out[i] = o.EnvVar
+	}
+	return out
+}
+
+// applyEnv sets the values the environment overrides and remembers which
+// variable set each, for messages.
+func (d *decoder) applyEnv(c *Config, env func(string) string) error {
+	if u, a := env("COALESCE_REDIS_URL"), env("COALESCE_REDIS_ADDRS"); u != "" && a != "" {
+		return &Error{Env: "COALESCE_REDIS_ADDRS", Msg: "COALESCE_REDIS_URL is set too; set one of them"}
+	}
+	// One way to authenticate to NATS: a method the environment sets
+	// displaces the file's other methods (a password alone keeps the
+	// file's user).
+	n := &c.NATS
+	type method struct {
+		vars  []string
+		clear func()
+	}
+	methods := []method{
+		{[]string{"COALESCE_NATS_CREDS"}, func() { n.CredsFile = "" }},
+		{[]string{"COALESCE_NATS_NKEY"}, func() { n.NKeyFile = "" }},
+		{[]string{"COALESCE_NATS_USER", "COALESCE_NATS_PASSWORD"}, func() { n.User, n.Password = "", "" }},
+		{[]string{"COALESCE_NATS_TOKEN"}, func() { n.Token = "" }},
+	}
+	inEnv := func(m method) bool {
+		return slices.ContainsFunc(m.vars, func(name string) bool { return env(name) != "" })
+	}
+	if slices.ContainsFunc(methods, inEnv) {
+		for _, m := range methods {
+			if !inEnv(m) {
+				m.clear()
+			}
+		}
+	}
+	for _, o := range envOverrides() {
+		v := env(o.Name)
+		if v == "" {
+			continue
+		}
+		o.apply(c, v)
+		d.env[o.path] = o.Name
+		switch o.path {
+		case "redis.addrs":
+			d.addrsPath = o.path
+		case "nats.urls":
+			d.urlsPath = o.path
+		}
+	}
+	return nil
+}

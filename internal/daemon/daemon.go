@@ -1,0 +1,270 @@
+// Package daemon is `coalesce serve`: the HTTP API, NATS intake and cron
+// rules in front of the debounce and publisher packages, with metrics,
+// start-up checks, the embedded development servers and graceful shutdown.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/config"
+	"github.com/coalesce-io/coalesce/internal/devservers"
+	"github.com/coalesce-io/coalesce/publisher"
+)
+
+// Options are what `coalesce serve` passes in.
+type Options struct {
+	Config *config.Config
+	Logger *slog.Logger
+	// RefuseEviction refuses to start on a Redis whose maxmemory-policy is
+	// allkeys-* (default: warn), whatever the file says.
+	RefuseEviction bool
+	// Started, when set, is called once the daemon serves, with its HTTP
+	// address (tests and the CLI use it).
+	Started func(httpAddr string)
+}
+
+// Conns are the connections a daemon (or a CLI command) works with.
+type Conns struct {
+	Redis     redis.UniversalClient
+	NATS      *nats.Conn
+	JetStream jetstream.JetStream
+	Publisher *publisher.Publisher
+	Coalescer *debounce.Coalescer
+	Dev       *devservers.Servers // the embedded servers, when used
+	Embedded  bool
+}
+
+// Close closes everything Connect opened: NATS is drained first, so
+// publishes under way complete.
+func (c *Conns) Close() {
+	if c.NATS != nil {
+		_ = c.NATS.Drain()
+		deadline := time.Now().Add(10 * time.Second)
+		for !c.NATS.IsClosed() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.NATS.Close()
+	}
+	if c.Redis != nil {
+		_ = c.Redis.Close()
+	}
+	if c.Dev != nil {
+		c.Dev.Close()
+	}
+}
+
+// Connect opens Redis and NATS as configured (or starts the embedded
+// development servers), runs the start-up checks, provisions the stream and
+// builds the Coalescer with the configured policies.
+func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metrics, refuseEviction bool) (*Conns, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Conns{}
+	fail := func(err error) (*Conns, error) {
+		c.Close()
+		return nil, err
+	}
+	redisURL, natsURLs := cfg.Redis.URL, cfg.NATS.URLs
+	if cfg.UsesEmbedded() {
+		c.Embedded = true
+		if err := os.MkdirAll(cfg.Embedded.DataDir, 0o755); err != nil {
+			return fail(fmt.Errorf("embedded: data folder %s: %w", cfg.Embedded.DataDir, err))
+		}
+		dev, err := devservers.Start(devservers.Options{NATSListen: cfg.Embedded.NATSListen, RedisListen: cfg.Embedded.RedisListen, DataDir: cfg.Embedded.DataDir})
+		if errors.Is(err, devservers.ErrAddrInUse) {
+			return fail(fmt.Errorf("%w; another server runs there: stop it, choose --nats-listen/--redis-listen, or point coalesce at it with --redis and --nats", err))
+		}
+		if err != nil {
+			return fail(err)
+		}
+		c.Dev = dev
+		redisURL, natsURLs = dev.RedisURL, []string{dev.NATSURL}
+		log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis); rounds survive only in the data folder's NATS store, and miniredis keeps reservations in memory",
+			"nats", dev.NATSURL, "redis", dev.RedisURL, "data_dir", cfg.Embedded.DataDir)
+		log.Warn("for production point coalesce at real servers: --redis redis://host:6379/0 --nats nats://host:4222 (NATS 2.12 or later, Redis 7 with maxmemory-policy noeviction), or redis/nats in the config file")
+	}
+
+	var err error
+	if c.Embedded {
+		opt, perr := redis.ParseURL(redisURL)
+		if perr != nil {
+			return fail(perr)
+		}
+		opt.DisableIdentity = true
+		c.Redis = redis.NewClient(opt)
+	} else if c.Redis, err = cfg.RedisClient(); err != nil {
+		return fail(fmt.Errorf("redis: %w", err))
+	}
+	info, err := debounce.CheckServer(ctx, c.Redis)
+	switch {
+	case errors.Is(err, debounce.ErrEvictionPolicy) && !refuseEviction && cfg.Redis.Eviction != config.EvictionRefuse:
+		log.Warn("redis may evict reservations", "err", err)
+	case err != nil:
+		return fail(fmt.Errorf("redis: %w", err))
+	}
+	if err := c.Redis.Ping(ctx).Err(); err != nil {
+		return fail(fmt.Errorf("redis: cannot reach %s: %w", describeRedis(cfg, redisURL), err))
+	}
+
+	opts := cfg.NATSOptions()
+	opts = append(opts, nats.Timeout(5*time.Second))
+	if c.NATS, err = nats.Connect(joinURLs(natsURLs), opts...); err != nil {
+		return fail(fmt.Errorf("nats: cannot reach %s: %w", joinURLs(natsURLs), err))
+	}
+	if c.JetStream, err = jetstream.New(c.NATS); err != nil {
+		return fail(fmt.Errorf("nats: %w", err))
+	}
+	pcfg := &publisher.Config{
+		Stream: cfg.NATS.Stream, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
+		Storage: publisher.Storage(cfg.NATS.Storage), Logger: log,
+	}
+	if m != nil {
+		pcfg.OnPublish = m.OnPublish
+	}
+	if c.Publisher, err = publisher.New(ctx, c.JetStream, pcfg); err != nil {
+		return fail(fmt.Errorf("nats: %w", err))
+	}
+	dcfg := debounce.Config{Redis: c.Redis, Publisher: c.Publisher, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix, Logger: log}
+	if m != nil {
+		dcfg.Hooks = m.DebounceHooks()
+	}
+	if c.Coalescer, err = debounce.New(dcfg); err != nil {
+		return fail(err)
+	}
+	log.Info("connected", "redis_version", info.Version, "redis_eviction", info.EvictionPolicy,
+		"nats_version", c.Publisher.ServerVersion(), "stream", c.Publisher.Stream(), "policies", len(cfg.Policies))
+	return c, nil
+}
+
+func joinURLs(urls []string) string {
+	s := ""
+	for i, u := range urls {
+		if i > 0 {
+			s += ","
+		}
+		s += u
+	}
+	return s
+}
+
+func describeRedis(cfg *config.Config, url string) string {
+	if url != "" {
+		if opt, err := redis.ParseURL(url); err == nil {
+			return opt.Addr
+		}
+		return "the configured URL"
+	}
+	return fmt.Sprint(cfg.Redis.Addrs)
+}
+
+// Run serves until ctx ends, then shuts down gracefully: stop intake (HTTP,
+// NATS, cron), finish the decisions and publishes under way, close.
+func Run(ctx context.Context, o Options) error {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg := o.Config
+	m := NewMetrics()
+	c, err := Connect(ctx, cfg, log, m, o.RefuseEviction)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	ready := func(ctx context.Context) map[string]error {
+		checks := map[string]error{"redis": c.Redis.Ping(ctx).Err(), "nats": nil, "stream": nil}
+		if !c.NATS.IsConnected() {
+			checks["nats"] = fmt.Errorf("not connected (%s)", c.NATS.Status())
+		}
+		s, err := c.JetStream.Stream(ctx, c.Publisher.Stream())
+		if err == nil {
+			var si *jetstream.StreamInfo
+			if si, err = s.Info(ctx); err == nil && !si.Config.AllowMsgSchedules {
+				err = publisher.ErrSchedulesDisabled
+			}
+		}
+		checks["stream"] = err
+		return checks
+	}
+	api := NewAPI(APIConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, Ready: ready, Tokens: cfg.HTTP.Tokens,
+		BodyLimit: cfg.HTTP.BodyLimit, Metrics: m, Logger: log})
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http: listen %s: %w (choose another with --http)", cfg.HTTP.Listen, err)
+	}
+	srv := &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       cfg.HTTP.ReadTimeout,
+		WriteTimeout:      cfg.HTTP.WriteTimeout,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	in, err := StartIngest(ctx, IngestConfig{Conn: c.NATS, JetStream: c.JetStream, Coalescer: c.Coalescer,
+		Prefix: c.Publisher.Subjects().Prefix, Requests: cfg.NATS.Ingest.Subjects, Durable: cfg.NATS.Ingest.Durable,
+		Stream: cfg.NATS.Ingest.Stream, Metrics: m, Logger: log})
+	if err != nil {
+		_ = srv.Close()
+		return err
+	}
+	rules := make([]CronRule, 0, len(cfg.Cron))
+	for _, r := range cfg.Cron {
+		loc, err := time.LoadLocation(r.Timezone)
+		if err != nil {
+			in.Stop()
+			_ = srv.Close()
+			return fmt.Errorf("cron %s: timezone %q: %w", r.Name, r.Timezone, err)
+		}
+		rules = append(rules, CronRule{Name: r.Name, Schedule: r.Schedule, Location: loc,
+			Event: debounce.Event{Type: r.Type, Args: EventArgs(r.Args), Key: r.Key}})
+	}
+	cr, err := StartCron(rules, c.Coalescer, c.Redis, cfg.Redis.Prefix, m, log)
+	if err != nil {
+		in.Stop()
+		_ = srv.Close()
+		return err
+	}
+	addr := ln.Addr().String()
+	log.Info("serving", "http", addr, "events_subject", c.Publisher.Subjects().Prefix+".events.<type>",
+		"durable_ingest", cfg.NATS.Ingest.Durable, "cron_rules", len(rules))
+	if o.Started != nil {
+		o.Started(addr)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		cr.Stop()
+		in.Stop()
+		return fmt.Errorf("http: %w", err)
+	}
+	log.Info("shutting down: no new events; finishing decisions under way")
+	cr.Stop()
+	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	httpErr := srv.Shutdown(shutCtx)
+	in.Stop()
+	if httpErr != nil {
+		return fmt.Errorf("http shutdown: %w", httpErr)
+	}
+	log.Info("stopped")
+	return nil
+}

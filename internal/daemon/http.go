@@ -1,0 +1,506 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/fingerprint"
+	"github.com/coalesce-io/coalesce/publisher"
+)
+
+// DefaultBodyLimit bounds a request body.
+const DefaultBodyLimit = 1 << 20
+
+// BatchLimitFactor: a batch body may be this many times the body limit.
+const BatchLimitFactor = 64
+
+// APIConfig configures the HTTP API.
+type APIConfig struct {
+	Coalescer *debounce.Coalescer  // required
+	Publisher *publisher.Publisher // cancel purges the round's schedule; nil skips that
+	Ready     func(ctx context.Context) map[string]error
+	Tokens    []string // bearer tokens; empty: no authentication
+	BodyLimit int64    // DefaultBodyLimit
+	// BatchParallel bounds the decisions of one batch request in flight.
+	BatchParallel int
+	Metrics       *Metrics
+	Logger        *slog.Logger
+}
+
+// API serves HTTP API v1.
+type API struct {
+	cfg    APIConfig
+	tokens [][sha256.Size]byte
+	log    *slog.Logger
+}
+
+// NewAPI returns the API; Handler serves it.
+func NewAPI(cfg APIConfig) *API {
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = DefaultBodyLimit
+	}
+	if cfg.BatchParallel <= 0 {
+		cfg.BatchParallel = 64
+	}
+	a := &API{cfg: cfg, log: cfg.Logger}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	for _, t := range cfg.Tokens {
+		a.tokens = append(a.tokens, sha256.Sum256([]byte(t)))
+	}
+	return a
+}
+
+// apiError is the body of every error answer.
+type apiError struct {
+	status  int
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+type errorBody struct {
+	Error *apiError `json:"error"`
+}
+
+func errf(status int, code, field, format string, args ...any) *apiError {
+	return &apiError{status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Handler returns the routes. /healthz, /readyz and /metrics are open; every
+// /v1 route needs a bearer token when tokens are configured.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern, name string, methods []string, h func(w http.ResponseWriter, r *http.Request) *apiError, auth bool) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+			var e *apiError
+			switch {
+			case !slices.Contains(methods, r.Method):
+				sw.Header().Set("Allow", strings.Join(methods, ", "))
+				e = errf(http.StatusMethodNotAllowed, "method_not_allowed", "", "%s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))
+			case auth && !a.authorized(r):
+				sw.Header().Set("WWW-Authenticate", `Bearer realm="coalesce"`)
+				e = errf(http.StatusUnauthorized, "unauthorized", "", "missing or wrong bearer token: send Authorization: Bearer <token>")
+			default:
+				e = h(sw, r)
+			}
+			if e != nil {
+				writeJSON(sw, e.status, errorBody{e})
+			}
+			if a.cfg.Metrics != nil {
+				a.cfg.Metrics.http.WithLabelValues(name, strconv.Itoa(sw.code)).Inc()
+			}
+		})
+	}
+	route("/v1/events", "events", []string{http.MethodPost}, a.postEvent, true)
+	route("/v1/events:batch", "events_batch", []string{http.MethodPost}, a.postBatch, true)
+	route("/v1/explain", "explain", []string{http.MethodPost}, a.postExplain, true)
+	route("/v1/rounds/{type}/{key}", "rounds", []string{http.MethodGet, http.MethodDelete}, a.round, true)
+	route("/v1/policies", "policies", []string{http.MethodGet}, a.getPolicies, true)
+	route("/healthz", "healthz", []string{http.MethodGet, http.MethodHead}, func(w http.ResponseWriter, _ *http.Request) *apiError {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return nil
+	}, false)
+	route("/readyz", "readyz", []string{http.MethodGet, http.MethodHead}, a.readyz, false)
+	if a.cfg.Metrics != nil {
+		metrics := promhttp.HandlerFor(a.cfg.Metrics.Registry, promhttp.HandlerOpts{})
+		route("/metrics", "metrics", []string{http.MethodGet}, func(w http.ResponseWriter, r *http.Request) *apiError {
+			metrics.ServeHTTP(w, r)
+			return nil
+		}, false)
+	}
+	route("/", "not_found", []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead},
+		func(_ http.ResponseWriter, r *http.Request) *apiError {
+			return errf(http.StatusNotFound, "not_found", "", "no route %s %s; see GET /v1/policies, POST /v1/events", r.Method, r.URL.Path)
+		}, false)
+	return mux
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (a *API) authorized(r *http.Request) bool {
+	if len(a.tokens) == 0 {
+		return true
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	match := 0
+	for _, t := range a.tokens {
+		match |= subtle.ConstantTimeCompare(sum[:], t[:])
+	}
+	return match == 1
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// readBody reads the whole body within the limit: nothing is decided from a
+// body that turns out too large.
+func (a *API) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	return readLimited(w, r, a.cfg.BodyLimit)
+}
+
+func readLimited(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *apiError) {
+	if r.ContentLength > limit {
+		return nil, errf(http.StatusRequestEntityTooLarge, "too_large", "", "body of %d bytes is over the %d-byte limit", r.ContentLength, limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, errf(http.StatusRequestEntityTooLarge, "too_large", "", "body is over the %d-byte limit", limit)
+	case err != nil:
+		return nil, errf(http.StatusBadRequest, "bad_body", "", "reading the body: %v", err)
+	}
+	return body, nil
+}
+
+// wireEvent is an event as it arrives over HTTP or NATS.
+type wireEvent struct {
+	Type        string          `json:"type"`
+	Args        json.RawMessage `json:"args"`
+	Key         string          `json:"key"`
+	TraceParent string          `json:"traceparent"`
+}
+
+// DecodeEvent parses one event document strictly: unknown members, a second
+// document and a missing type or args are refused, naming the field.
+func DecodeEvent(doc []byte) (debounce.Event, error) {
+	var we wireEvent
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&we); err != nil {
+		return debounce.Event{}, jsonError(err)
+	}
+	if dec.More() {
+		return debounce.Event{}, errf(http.StatusBadRequest, "invalid_json", "", "unexpected data after the event object; send one JSON object (or NDJSON to /v1/events:batch)")
+	}
+	if we.Type == "" {
+		return debounce.Event{}, errf(http.StatusBadRequest, "invalid_type", "type", "type: required, e.g. \"recompute_financials\"")
+	}
+	if len(bytes.TrimSpace(we.Args)) == 0 {
+		return debounce.Event{}, errf(http.StatusBadRequest, "invalid_args", "args", "args: required; send {} when the job has none")
+	}
+	if len(we.TraceParent) > 256 {
+		return debounce.Event{}, errf(http.StatusBadRequest, "invalid_traceparent", "traceparent", "traceparent: longer than 256 bytes")
+	}
+	return debounce.Event{Type: we.Type, Args: we.Args, Key: we.Key, TraceParent: we.TraceParent}, nil
+}
+
+func jsonError(err error) *apiError {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return errf(http.StatusBadRequest, "invalid_json", "", "empty body; send {\"type\":...,\"args\":{...}}")
+	case errors.As(err, &se):
+		return errf(http.StatusBadRequest, "invalid_json", "", "invalid JSON at byte %d: %v", se.Offset, err)
+	case errors.As(err, &te):
+		return errf(http.StatusBadRequest, "invalid_json", te.Field, "%s: must be a %s, not a JSON %s", te.Field, te.Type, te.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return errf(http.StatusBadRequest, "unknown_field", field, "unknown field %q; an event has type, args, key and traceparent", field)
+	default:
+		return errf(http.StatusBadRequest, "invalid_json", "", "invalid JSON: %v", err)
+	}
+}
+
+// submitError maps Submit's errors to API errors.
+func submitError(err error) *apiError {
+	var ae *apiError
+	var fe *fingerprint.Error
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, debounce.ErrNoPolicy):
+		return errf(http.StatusNotFound, "no_policy", "type", "%v; see GET /v1/policies", err)
+	case errors.Is(err, debounce.ErrInvalidEvent):
+		msg := strings.TrimPrefix(err.Error(), debounce.ErrInvalidEvent.Error()+": ")
+		if errors.As(err, &fe) {
+			field := fe.Path
+			code := fe.Code()
+			if code == "invalid_type" {
+				field = "type"
+			}
+			return errf(http.StatusBadRequest, code, field, "%s", msg)
+		}
+		field := "args"
+		if strings.HasPrefix(msg, "key:") {
+			field = "key"
+		}
+		return errf(http.StatusBadRequest, "invalid_event", field, "%s", msg)
+	case errors.Is(err, debounce.ErrStoreUnavailable):
+		return errf(http.StatusServiceUnavailable, "store_unavailable", "", "%v; the policy is fail: closed, so nothing was published: retry later", err)
+	case errors.Is(err, debounce.ErrPublish):
+		return errf(http.StatusServiceUnavailable, "publish_unavailable", "", "%v; nothing was accepted: retry later", err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return errf(http.StatusServiceUnavailable, "canceled", "", "%v", err)
+	default:
+		return errf(http.StatusInternalServerError, "internal", "", "%v", err)
+	}
+}
+
+func traceparent(r *http.Request, ev *debounce.Event) {
+	if ev.TraceParent == "" {
+		ev.TraceParent = r.Header.Get("traceparent")
+	}
+}
+
+func (a *API) postEvent(w http.ResponseWriter, r *http.Request) *apiError {
+	body, e := a.readBody(w, r)
+	if e != nil {
+		return e
+	}
+	ev, err := DecodeEvent(body)
+	if err != nil {
+		return submitError(err)
+	}
+	traceparent(r, &ev)
+	d, err := a.cfg.Coalescer.Submit(r.Context(), ev)
+	if err != nil {
+		return submitError(err)
+	}
+	writeJSON(w, http.StatusOK, d)
+	return nil
+}
+
+// postBatch decides NDJSON events concurrently and answers NDJSON in the same
+// order, one line per non-blank input line: the decision, or {"error":...}.
+// The whole body is read first (up to BatchLimitFactor times the body limit),
+// so a batch over the limit is refused before any line is decided.
+func (a *API) postBatch(w http.ResponseWriter, r *http.Request) *apiError {
+	body, e := readLimited(w, r, a.cfg.BodyLimit*BatchLimitFactor)
+	if e != nil {
+		return e
+	}
+	var lines [][]byte
+	for line := range bytes.SplitSeq(body, []byte{'\n'}) {
+		if len(bytes.TrimSpace(line)) > 0 {
+			lines = append(lines, line)
+		}
+	}
+	out := a.decideBatch(r, lines)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	for _, o := range out {
+		bw.Write(o)
+		bw.WriteByte('\n')
+	}
+	_ = bw.Flush()
+	return nil
+}
+
+// decideBatch decides the lines concurrently, except that the events of one
+// round key are decided one after another in line order (so "first" and
+// "last" mean what the batch says), and returns one answer per line.
+func (a *API) decideBatch(r *http.Request, lines [][]byte) [][]byte {
+	out := make([][]byte, len(lines))
+	events := make([]debounce.Event, len(lines))
+	groups := map[string][]int{}
+	var order []string
+	for i, line := range lines {
+		ev, err := DecodeEvent(line)
+		var key debounce.RoundKey
+		if err == nil {
+			traceparent(r, &ev)
+			key, err = a.cfg.Coalescer.RoundKeyOf(ev)
+		}
+		if err != nil {
+			out[i] = errorJSON(err)
+			continue
+		}
+		events[i] = ev
+		g := ev.Type + "\n" + key.String()
+		if _, seen := groups[g]; !seen {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	sem := make(chan struct{}, a.cfg.BatchParallel)
+	var wg sync.WaitGroup
+	for _, g := range order {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for _, i := range groups[g] {
+				d, err := a.cfg.Coalescer.Submit(r.Context(), events[i])
+				if err != nil {
+					out[i] = errorJSON(err)
+					continue
+				}
+				out[i], _ = json.Marshal(d)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func errorJSON(err error) []byte {
+	b, _ := json.Marshal(errorBody{submitError(err)})
+	return b
+}
+
+func (a *API) postExplain(w http.ResponseWriter, r *http.Request) *apiError {
+	body, e := a.readBody(w, r)
+	if e != nil {
+		return e
+	}
+	ev, err := DecodeEvent(body)
+	if err != nil {
+		return submitError(err)
+	}
+	ex, err := a.cfg.Coalescer.Explain(r.Context(), ev)
+	if err != nil {
+		return submitError(err)
+	}
+	p, _ := a.cfg.Coalescer.Policy(ev.Type)
+	writeJSON(w, http.StatusOK, struct {
+		debounce.Explanation
+		Policy PolicyView `json:"policy"`
+	}{ex, ViewPolicy(p)})
+	return nil
+}
+
+func (a *API) round(w http.ResponseWriter, r *http.Request) *apiError {
+	jobType := r.PathValue("type")
+	key, err := debounce.ParseRoundKey(r.PathValue("key"))
+	if err != nil {
+		return errf(http.StatusBadRequest, "invalid_key", "key", "%s: the round key is the 64 hex digits a decision returns as key", r.PathValue("key"))
+	}
+	if _, ok := a.cfg.Coalescer.Policy(jobType); !ok {
+		return errf(http.StatusNotFound, "no_policy", "type", "no policy for job type %q", jobType)
+	}
+	if r.Method == http.MethodGet {
+		round, found, err := a.cfg.Coalescer.Inspect(r.Context(), jobType, key)
+		if err != nil {
+			return submitError(err)
+		}
+		if !found {
+			return errf(http.StatusNotFound, "not_found", "", "no round pending for %s %s", jobType, key)
+		}
+		writeJSON(w, http.StatusOK, round)
+		return nil
+	}
+	round, found, err := a.cfg.Coalescer.Cancel(r.Context(), jobType, key)
+	if err != nil {
+		return submitError(err)
+	}
+	if !found {
+		return errf(http.StatusNotFound, "not_found", "", "no round pending for %s %s", jobType, key)
+	}
+	var purged uint64
+	if a.cfg.Publisher != nil && !round.Window {
+		if purged, err = a.cfg.Publisher.Cancel(r.Context(), jobType, key, round.Token); err != nil {
+			return errf(http.StatusServiceUnavailable, "publish_unavailable", "", "the round was cancelled in Redis but its schedule could not be purged (%v); its job will start and find no round", err)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cancelled": round, "purged_schedules": purged})
+	return nil
+}
+
+func (a *API) getPolicies(w http.ResponseWriter, _ *http.Request) *apiError {
+	ps := a.cfg.Coalescer.Policies()
+	slices.SortFunc(ps, func(x, y debounce.Policy) int { return strings.Compare(x.Type, y.Type) })
+	views := make([]PolicyView, len(ps))
+	for i, p := range ps {
+		views[i] = ViewPolicy(p)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"policies": views})
+	return nil
+}
+
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) *apiError {
+	checks := map[string]string{}
+	ready := true
+	if a.cfg.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		for name, err := range a.cfg.Ready(ctx) {
+			checks[name] = "ok"
+			if err != nil {
+				checks[name], ready = err.Error(), false
+			}
+		}
+	}
+	status := http.StatusOK
+	state := "ready"
+	if !ready {
+		status, state = http.StatusServiceUnavailable, "not ready"
+	}
+	writeJSON(w, status, map[string]any{"status": state, "checks": checks})
+	return nil
+}
+
+// PolicyView is a policy as the API and the CLI show it: the YAML keys, and
+// durations as text.
+type PolicyView struct {
+	Type      string   `json:"type"`
+	Mode      string   `json:"mode"`
+	Window    string   `json:"window,omitempty"`
+	TTL       string   `json:"ttl,omitempty"`
+	Extend    bool     `json:"extend,omitempty"`
+	MaxWait   string   `json:"max_wait,omitempty"`
+	Payload   string   `json:"payload"`
+	MaxItems  int      `json:"max_items,omitempty"`
+	ItemField string   `json:"item_field,omitempty"`
+	KeyFields []string `json:"key_fields,omitempty"`
+	Until     string   `json:"until,omitempty"`
+	Trailing  bool     `json:"trailing,omitempty"`
+	Fail      string   `json:"fail"`
+}
+
+// ViewPolicy converts a policy for display.
+func ViewPolicy(p debounce.Policy) PolicyView {
+	d := func(v time.Duration) string {
+		if v == 0 {
+			return ""
+		}
+		return v.String()
+	}
+	return PolicyView{Type: p.Type, Mode: string(p.Mode), Window: d(p.Window), TTL: d(p.TTL), Extend: p.Extend,
+		MaxWait: d(p.MaxWait), Payload: string(p.Payload), MaxItems: p.MaxItems, ItemField: p.ItemField,
+		KeyFields: p.KeyFields, Until: string(p.Until), Trailing: p.Trailing, Fail: string(p.Fail)}
+}

@@ -1,0 +1,292 @@
+package daemon_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/daemon"
+	"github.com/coalesce-io/coalesce/internal/testenv"
+	"github.com/coalesce-io/coalesce/publisher"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var testPolicies = []debounce.Policy{
+	{Type: "recompute", Mode: debounce.ModeDebounce, Window: 30 * time.Second, KeyFields: []string{"tenant_id"}},
+	{Type: "notify", Mode: debounce.ModeDedup, Fail: debounce.FailClosed},
+}
+
+type apiFixture struct {
+	srv   *httptest.Server
+	co    *debounce.Coalescer
+	pub   *publisher.Publisher
+	redis *testenv.RedisServer
+}
+
+// newAPI serves the API on a private redis-server and an embedded NATS.
+func newAPI(t *testing.T, tokens ...string) *apiFixture {
+	t.Helper()
+	f := &apiFixture{redis: testenv.NewRedis(t)}
+	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr, DisableIdentity: true, MaxRetries: -1, DialTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	_, js := testenv.NATS(t).Connect(t)
+	var err error
+	if f.pub, err = publisher.New(context.Background(), js, nil); err != nil {
+		t.Fatal(err)
+	}
+	m := daemon.NewMetrics()
+	if f.co, err = debounce.New(debounce.Config{Redis: rdb, Publisher: f.pub, Policies: testPolicies, Hooks: m.DebounceHooks()}); err != nil {
+		t.Fatal(err)
+	}
+	api := daemon.NewAPI(daemon.APIConfig{Coalescer: f.co, Publisher: f.pub, Tokens: tokens, BodyLimit: 4096, Metrics: m,
+		Ready: func(ctx context.Context) map[string]error { return map[string]error{"redis": rdb.Ping(ctx).Err()} }})
+	f.srv = httptest.NewServer(api.Handler())
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *apiFixture) do(t *testing.T, method, path, body string, header ...string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+type errBody struct {
+	Error struct{ Code, Message, Field string } `json:"error"`
+}
+
+func TestEventsAndErrors(t *testing.T) {
+	t.Parallel()
+	f := newAPI(t)
+	code, body := f.do(t, "POST", "/v1/events", `{"type":"recompute","args":{"tenant_id":42,"order":1}}`)
+	var d map[string]any
+	if err := json.Unmarshal(body, &d); code != 200 || err != nil {
+		t.Fatalf("POST /v1/events: %d %s", code, body)
+	}
+	for _, k := range []string{"outcome", "type", "key", "fingerprint", "round", "due_at", "events"} {
+		if _, ok := d[k]; !ok {
+			t.Errorf("decision lacks %q: %s", k, body)
+		}
+	}
+	if d["outcome"] != "scheduled" || d["events"] != 1.0 {
+		t.Errorf("decision %s", body)
+	}
+	_, body = f.do(t, "POST", "/v1/events", `{"type":"recompute","args":{"order":2,"tenant_id":42}}`, "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	if !bytes.Contains(body, []byte(`"outcome":"coalesced"`)) || !bytes.Contains(body, []byte(`"events":2`)) {
+		t.Errorf("second event: %s", body)
+	}
+
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code, field, msgHas      string
+	}{
+		{"not JSON", "POST", "/v1/events", `{"type":`, 400, "invalid_json", "", "invalid JSON"},
+		{"empty body", "POST", "/v1/events", ``, 400, "invalid_json", "", "empty body"},
+		{"two documents", "POST", "/v1/events", `{"type":"recompute","args":{}} {}`, 400, "invalid_json", "", "unexpected data"},
+		{"unknown field", "POST", "/v1/events", `{"type":"recompute","args":{},"priority":1}`, 400, "unknown_field", "priority", `unknown field "priority"`},
+		{"type not a string", "POST", "/v1/events", `{"type":7,"args":{}}`, 400, "invalid_json", "type", "must be a string"},
+		{"no type", "POST", "/v1/events", `{"args":{}}`, 400, "invalid_type", "type", "required"},
+		{"invalid type", "POST", "/v1/events", `{"type":"a b","args":{}}`, 400, "invalid_type", "type", `"a b" has ' '`},
+		{"no args", "POST", "/v1/events", `{"type":"recompute"}`, 400, "invalid_args", "args", "required"},
+		{"unsafe integer", "POST", "/v1/events", `{"type":"recompute","args":{"tenant_id":9007199254740993}}`, 400, "unsafe_integer", "args.tenant_id", "send it as a string"},
+		{"duplicate member", "POST", "/v1/events", `{"type":"recompute","args":{"tenant_id":1,"tenant_id":2}}`, 400, "duplicate_name", "args.tenant_id", "duplicate member name"},
+		{"missing key field", "POST", "/v1/events", `{"type":"recompute","args":{"order":1}}`, 400, "missing_key_field", "args.tenant_id", "missing"},
+		{"invalid UTF-8", "POST", "/v1/events", "{\"type\":\"recompute\",\"args\":{\"tenant_id\":\"\xff\"}}", 400, "invalid_utf8", "args.tenant_id", "invalid UTF-8"},
+		{"key too long", "POST", "/v1/events", `{"type":"recompute","args":{"tenant_id":1},"key":"` + strings.Repeat("k", 1025) + `"}`, 400, "invalid_event", "key", "1-1024 bytes"},
+		{"no policy", "POST", "/v1/events", `{"type":"unknown","args":{}}`, 404, "no_policy", "type", `"unknown"`},
+		{"too large", "POST", "/v1/events", `{"type":"recompute","args":{"x":"` + strings.Repeat("a", 5000) + `"}}`, 413, "too_large", "", "4096-byte limit"},
+		{"wrong method", "GET", "/v1/events", ``, 405, "method_not_allowed", "", "use POST"},
+		{"unknown route", "GET", "/v2/nothing", ``, 404, "not_found", "", "no route"},
+		{"bad round key", "GET", "/v1/rounds/recompute/xyz", ``, 400, "invalid_key", "key", "64 hex"},
+		{"round of unknown type", "GET", "/v1/rounds/unknown/" + strings.Repeat("0", 64), ``, 404, "no_policy", "type", ""},
+		{"no such round", "GET", "/v1/rounds/recompute/" + strings.Repeat("0", 64), ``, 404, "not_found", "", "no round pending"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := f.do(t, tt.method, tt.path, tt.body)
+			var e errBody
+			if err := json.Unmarshal(body, &e); err != nil {
+				t.Fatalf("%d, body not JSON: %s", code, body)
+			}
+			if code != tt.status || e.Error.Code != tt.code || e.Error.Field != tt.field || !strings.Contains(e.Error.Message, tt.msgHas) {
+				t.Errorf("got %d %+v, want %d %s field %q containing %q", code, e.Error, tt.status, tt.code, tt.field, tt.msgHas)
+			}
+		})
+	}
+	// Nothing refused changed Redis: still one round (tenant 42), two events.
+	var dec debounce.Decision
+	_ = json.Unmarshal(body, &dec)
+	if r, found, _ := f.co.Inspect(context.Background(), "recompute", dec.Key); !found || r.Events != 2 {
+		t.Errorf("after the refusals: %+v found=%v", r, found)
+	}
+	// Metrics count by type and outcome.
+	_, metrics := f.do(t, "GET", "/metrics", "")
+	for _, want := range []string{`coalesce_events_total{outcome="scheduled",type="recompute"} 1`, `coalesce_events_total{outcome="coalesced",type="recompute"} 1`, "coalesce_decision_seconds_bucket", `coalesce_http_requests_total{code="413",route="events"} 1`} {
+		if !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func TestBatchKeepsOrderAndAnswersBadLinesInPlace(t *testing.T) {
+	t.Parallel()
+	f := newAPI(t)
+	var in strings.Builder
+	const n = 300
+	for i := range n {
+		switch {
+		case i%50 == 7:
+			in.WriteString(`{"type":"recompute","args":{"tenant_id":1,"x":1,"x":2}}` + "\n")
+		case i%50 == 9:
+			in.WriteString("not json\n")
+		default:
+			fmt.Fprintf(&in, `{"type":"recompute","args":{"tenant_id":%d,"seq":%d}}`+"\n", i%5, i)
+		}
+	}
+	in.WriteString("\n") // blank lines are ignored
+	code, body := f.do(t, "POST", "/v1/events:batch", in.String())
+	if code != 200 {
+		t.Fatalf("batch: %d %s", code, body)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	i, scheduled, failed := 0, 0, 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case i%50 == 7:
+			if !bytes.Contains(line, []byte(`"code":"duplicate_name"`)) {
+				t.Errorf("line %d: %s, want duplicate_name", i, line)
+			}
+			failed++
+		case i%50 == 9:
+			if !bytes.Contains(line, []byte(`"code":"invalid_json"`)) {
+				t.Errorf("line %d: %s, want invalid_json", i, line)
+			}
+			failed++
+		default:
+			var d debounce.Decision
+			if err := json.Unmarshal(line, &d); err != nil || d.Type != "recompute" {
+				t.Errorf("line %d: %s", i, line)
+			}
+			if d.Outcome == debounce.OutcomeScheduled {
+				scheduled++
+				if i >= 5 {
+					t.Errorf("line %d opened a round; the events of one key are decided in line order, so lines 0-4 open them", i)
+				}
+			}
+		}
+		i++
+	}
+	if i != n || scheduled != 5 || failed != 12 {
+		t.Errorf("%d answers (want %d), %d scheduled (want 5), %d failed (want 12)", i, n, scheduled, failed)
+	}
+}
+
+func TestExplainRoundsAndPolicies(t *testing.T) {
+	t.Parallel()
+	f := newAPI(t)
+	ev := `{"type":"recompute","args":{"tenant_id":7,"b":2}}`
+	code, body := f.do(t, "POST", "/v1/explain", ev)
+	var ex struct {
+		Fingerprint, Key string
+		Canonical        json.RawMessage `json:"canonical_args"`
+		Would            string
+		Policy           daemon.PolicyView
+		Pending          *debounce.Round
+	}
+	if err := json.Unmarshal(body, &ex); code != 200 || err != nil || ex.Would != "scheduled" || string(ex.Canonical) != `{"tenant_id":7}` || ex.Policy.Window != "30s" || ex.Pending != nil {
+		t.Fatalf("explain: %d %s", code, body)
+	}
+	if code, _ := f.do(t, "GET", "/v1/rounds/recompute/"+ex.Key, ""); code != 404 {
+		t.Fatalf("explain opened a round (GET round: %d)", code)
+	}
+	_, body = f.do(t, "POST", "/v1/events", ev)
+	var d debounce.Decision
+	_ = json.Unmarshal(body, &d)
+	code, body = f.do(t, "GET", "/v1/rounds/recompute/"+ex.Key, "")
+	if code != 200 || !bytes.Contains(body, []byte(`"events":1`)) || !bytes.Contains(body, []byte(`"round":"`+d.Round.String()+`"`)) {
+		t.Fatalf("GET round: %d %s", code, body)
+	}
+	code, body = f.do(t, "DELETE", "/v1/rounds/recompute/"+ex.Key, "")
+	if code != 200 || !bytes.Contains(body, []byte(`"purged_schedules":1`)) {
+		t.Fatalf("DELETE round: %d %s", code, body)
+	}
+	if code, _ := f.do(t, "GET", "/v1/rounds/recompute/"+ex.Key, ""); code != 404 {
+		t.Errorf("round still there after DELETE: %d", code)
+	}
+	code, body = f.do(t, "GET", "/v1/policies", "")
+	if code != 200 || !bytes.Contains(body, []byte(`"type":"notify","mode":"dedup"`)) || !bytes.Contains(body, []byte(`"key_fields":["tenant_id"]`)) {
+		t.Errorf("policies: %d %s", code, body)
+	}
+}
+
+func TestBearerTokens(t *testing.T) {
+	t.Parallel()
+	f := newAPI(t, "s3cret", "other")
+	ev := `{"type":"notify","args":{"c":1}}`
+	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret"}} {
+		code, body := f.do(t, "POST", "/v1/events", ev, h...)
+		if code != 401 || !bytes.Contains(body, []byte(`"code":"unauthorized"`)) {
+			t.Errorf("headers %v: %d %s, want 401", h, code, body)
+		}
+	}
+	for _, path := range []string{"/v1/policies", "/v1/rounds/notify/" + strings.Repeat("0", 64)} {
+		if code, _ := f.do(t, "GET", path, ""); code != 401 {
+			t.Errorf("GET %s without a token: %d, want 401", path, code)
+		}
+	}
+	if code, body := f.do(t, "POST", "/v1/events", ev, "Authorization", "Bearer other"); code != 200 {
+		t.Errorf("right token: %d %s", code, body)
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		if code, _ := f.do(t, "GET", path, ""); code != 200 {
+			t.Errorf("GET %s: %d, want 200 without a token", path, code)
+		}
+	}
+}
+
+func TestStoreDownFailClosedIs503(t *testing.T) {
+	t.Parallel()
+	f := newAPI(t)
+	f.redis.Stop()
+	code, body := f.do(t, "POST", "/v1/events", `{"type":"notify","args":{"c":1}}`)
+	var e errBody
+	_ = json.Unmarshal(body, &e)
+	if code != 503 || e.Error.Code != "store_unavailable" {
+		t.Errorf("fail closed with Redis down: %d %s", code, body)
+	}
+	code, body = f.do(t, "GET", "/readyz", "")
+	if code != 503 || !bytes.Contains(body, []byte(`"status":"not ready"`)) {
+		t.Errorf("readyz with Redis down: %d %s", code, body)
+	}
+	// fail open: published without a reservation.
+	code, body = f.do(t, "POST", "/v1/events", `{"type":"recompute","args":{"tenant_id":1}}`)
+	if code != 200 || !bytes.Contains(body, []byte(`"outcome":"bypassed"`)) {
+		t.Errorf("fail open with Redis down: %d %s", code, body)
+	}
+}

@@ -1,0 +1,123 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/publisher"
+	"github.com/coalesce-io/coalesce/worker"
+)
+
+// Metrics are the Prometheus series of the daemon and the worker, all under
+// the coalesce_ prefix, on their own registry.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	events        *prometheus.CounterVec
+	decision      *prometheus.HistogramVec
+	storeErrors   *prometheus.CounterVec
+	publishErrors *prometheus.CounterVec
+	publishes     *prometheus.CounterVec
+	releases      *prometheus.CounterVec
+	roundEvents   *prometheus.HistogramVec
+	roundAge      *prometheus.HistogramVec
+	jobs          *prometheus.CounterVec
+	guard         *prometheus.CounterVec
+	ingest        *prometheus.CounterVec
+	cron          *prometheus.CounterVec
+	http          *prometheus.CounterVec
+}
+
+// NewMetrics registers every series on a new registry (plus Go and process
+// collectors).
+func NewMetrics() *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.Registry.MustRegister(c) }
+	m.events = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_events_total",
+		Help: "Events decided, by job type and outcome (scheduled, coalesced, extended, published, throttled, duplicate, bypassed, error)."}, []string{"type", "outcome"})
+	m.decision = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coalesce_decision_seconds",
+		Help:    "Time to decide one event (fingerprint, Redis round trip, and the publish when it opens a round).",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}, []string{"type"})
+	m.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_store_errors_total",
+		Help: "Redis failures during a decision, by job type and failure mode (open: published without a reservation; closed: refused)."}, []string{"type", "fail"})
+	m.publishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_publish_errors_total",
+		Help: "Failed publishes to JetStream, by job type."}, []string{"type"})
+	m.publishes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_publishes_total",
+		Help: "Publishes to JetStream, by job type and kind (schedule, immediate, duplicate: already stored)."}, []string{"type", "kind"})
+	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_releases_total",
+		Help: "Rounds closed at job start or finish, by job type and result (released, retry, stale_token, missing, not_due, skipped)."}, []string{"type", "result"})
+	m.roundEvents = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coalesce_round_events",
+		Help:    "Events coalesced into a round, observed when its job starts.",
+		Buckets: prometheus.ExponentialBuckets(1, 4, 10)}, []string{"type"})
+	m.roundAge = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coalesce_round_age_seconds",
+		Help:    "From a round's first event to its job's start.",
+		Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}}, []string{"type"})
+	m.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_jobs_total",
+		Help: "Job deliveries handled by workers, by job type and result (ok, retry, dead, rescheduled, duplicate_done, duplicate_running, release_failed)."}, []string{"type", "result"})
+	m.guard = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_guard_total",
+		Help: "Run-once guard decisions, by job type and result."}, []string{"type", "result"})
+	m.ingest = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_ingest_total",
+		Help: "Events received over NATS, by source (request, stream) and result (ok, error)."}, []string{"source", "result"})
+	m.cron = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_cron_ticks_total",
+		Help: "Cron rule ticks, by rule and result (ok, error)."}, []string{"rule", "result"})
+	m.http = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_http_requests_total",
+		Help: "HTTP requests, by route and status code."}, []string{"route", "code"})
+	for _, c := range []prometheus.Collector{m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
+		m.roundEvents, m.roundAge, m.jobs, m.guard, m.ingest, m.cron, m.http,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})} {
+		f(c)
+	}
+	return m
+}
+
+// DebounceHooks feed the decision, store and release series.
+func (m *Metrics) DebounceHooks() debounce.Hooks {
+	return debounce.Hooks{
+		Decision: func(jobType string, d debounce.Decision, err error, took time.Duration) {
+			outcome := string(d.Outcome)
+			if err != nil {
+				outcome = "error"
+			}
+			m.events.WithLabelValues(jobType, outcome).Inc()
+			m.decision.WithLabelValues(jobType).Observe(took.Seconds())
+		},
+		StoreError: func(jobType string, fail debounce.FailMode, _ error) {
+			m.storeErrors.WithLabelValues(jobType, string(fail)).Inc()
+		},
+		PublishError: func(jobType string, _ error) { m.publishErrors.WithLabelValues(jobType).Inc() },
+		Release: func(jobType string, r debounce.ReleaseResult, _ debounce.Summary) {
+			m.releases.WithLabelValues(jobType, string(r)).Inc()
+		},
+	}
+}
+
+// OnPublish feeds the publish series (publisher.Config.OnPublish).
+func (m *Metrics) OnPublish(info publisher.PublishInfo) {
+	if info.Err != nil {
+		return // counted by the publish error hook
+	}
+	kind := "immediate"
+	switch {
+	case info.Duplicate:
+		kind = "duplicate"
+	case info.Scheduled:
+		kind = "schedule"
+	}
+	m.publishes.WithLabelValues(info.JobType, kind).Inc()
+}
+
+// WorkerHooks feed the job, round and guard series.
+func (m *Metrics) WorkerHooks() worker.Hooks {
+	return worker.Hooks{
+		Job: func(jobType, result string, _ debounce.ReleaseResult, _ time.Duration) {
+			m.jobs.WithLabelValues(jobType, result).Inc()
+		},
+		RoundAge: func(jobType string, age time.Duration, events int) {
+			m.roundAge.WithLabelValues(jobType).Observe(age.Seconds())
+			m.roundEvents.WithLabelValues(jobType).Observe(float64(events))
+		},
+		Guard: func(jobType string, r worker.GuardResult) { m.guard.WithLabelValues(jobType, string(r)).Inc() },
+	}
+}
