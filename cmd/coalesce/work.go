@@ -47,7 +47,7 @@ job as JSON on stdin:
 
 Exit status 0 acknowledges the job; any other retries it with backoff, and
 after --max-deliver deliveries it goes to the dead-letter subject; exit status
-100 dead-letters it at once. CMD's output goes to this command's stderr.
+100 dead-letters it at once. CMD's output goes to this command's stdout and stderr.
 Environment for CMD: COALESCE_JOB_TYPE, COALESCE_ROUND_KEY, COALESCE_ATTEMPT.
 
 With no servers configured it connects to a local ` + "`coalesce serve`" + `'s
@@ -71,7 +71,7 @@ type jobJSON struct {
 	Summary     debounce.Summary `json:"summary"`
 }
 
-func runWork(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
+func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("work", workSynopsis, stderr)
 	var sf serverFlags
 	sf.register(fs)
@@ -127,11 +127,11 @@ func runWork(ctx context.Context, args []string, _ io.Reader, _, stderr io.Write
 		return err
 	}
 	log.Info("working", "types", types.String(), "exec", *execCmd)
-	return w.Run(ctx, execHandler(*execCmd, stderr))
+	return w.Run(ctx, execHandler(*execCmd, stdout, stderr))
 }
 
-// execHandler runs cmd for each job.
-func execHandler(cmdline string, output io.Writer) worker.Handler {
+// execHandler runs cmd for each job, its output on ours.
+func execHandler(cmdline string, stdout, stderr io.Writer) worker.Handler {
 	return func(ctx context.Context, job *worker.Job) error {
 		in, err := json.Marshal(jobJSON{
 			Type: job.Type, Args: job.Args, Key: job.Key.String(), Fingerprint: job.Fingerprint.String(),
@@ -144,7 +144,7 @@ func execHandler(cmdline string, output io.Writer) worker.Handler {
 		}
 		cmd := exec.CommandContext(ctx, "sh", "-c", cmdline)
 		cmd.Stdin = bytes.NewReader(append(in, '\n'))
-		cmd.Stdout, cmd.Stderr = output, output
+		cmd.Stdout, cmd.Stderr = stdout, stderr
 		cmd.Env = append(os.Environ(),
 			"COALESCE_JOB_TYPE="+job.Type,
 			"COALESCE_ROUND_KEY="+job.Key.String(),
