@@ -670,3 +670,56 @@ func mustFP(t *testing.T, typ, args string) fingerprint.Fingerprint {
 	}
 	return fp
 }
+
+// TestReaperReleasesStrandedRounds: a producer died between reserving a
+// round and publishing it, and nobody joined: the reaper releases it after a
+// full period, and leaves published and recently changed rounds alone.
+func TestReaperReleasesStrandedRounds(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b,
+			debounce.Policy{Type: "packed", Mode: debounce.ModeDebounce, Window: 5 * time.Second},
+			debounce.Policy{Type: "hash", Mode: debounce.ModeDebounce, Window: 5 * time.Second, Payload: debounce.PayloadLast},
+			debounce.Policy{Type: "throttle", Mode: debounce.ModeThrottle, Window: 5 * time.Second},
+		)
+		ctx := context.Background()
+		var stranded []debounce.RoundKey
+		for _, typ := range []string{"packed", "hash", "throttle"} {
+			// The opener "dies" during its publish: the context ends, so the
+			// back-out fails too and the round stays, unpublished.
+			cctx, cancel := context.WithCancel(ctx)
+			dying := debounce.PublisherFunc(func(ctx context.Context, _ debounce.Job) error { cancel(); return ctx.Err() })
+			opener, err := debounce.New(debounce.Config{Redis: b.rdb, Publisher: dying, Policies: f.c.Policies(), Prefix: f.prefix, Now: f.clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = opener.Submit(cctx, debounce.Event{Type: typ, Args: json.RawMessage(`{"stranded":1}`)})
+			stranded = append(stranded, debounce.RoundKey(mustFP(t, typ, `{"stranded":1}`)))
+			f.submit(t, typ, `{"healthy":1}`) // published normally
+		}
+		reaper := f.c.NewReaper()
+		rep, err := reaper.Pass(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Candidates != 3 || rep.Released != 0 {
+			t.Fatalf("first pass: %+v, want 3 candidates", rep)
+		}
+		// One stranded round gets an event meanwhile: its joiner publishes it.
+		f.submit(t, "hash", `{"stranded":1}`)
+		rep, err = reaper.Pass(ctx)
+		if err != nil || rep.Released != 2 {
+			t.Fatalf("second pass: %+v %v, want 2 released", rep, err)
+		}
+		types := []string{"packed", "hash", "throttle"}
+		for i, key := range stranded {
+			_, found, _ := f.c.Inspect(ctx, types[i], key)
+			if found != (types[i] == "hash") {
+				t.Errorf("%s: stranded round found=%v after reaping", types[i], found)
+			}
+			if _, found, _ := f.c.Inspect(ctx, types[i], debounce.RoundKey(mustFP(t, types[i], `{"healthy":1}`))); !found {
+				t.Errorf("%s: the published round was reaped", types[i])
+			}
+		}
+	})
+}

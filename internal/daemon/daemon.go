@@ -33,6 +33,38 @@ type Options struct {
 	// Started, when set, is called once the daemon serves, with its HTTP
 	// address (tests and the CLI use it).
 	Started func(httpAddr string)
+	// ReapEvery is the reaper's period (DefaultReapEvery): a round reserved
+	// and never published is released within two periods.
+	ReapEvery time.Duration
+}
+
+// DefaultReapEvery is how often the daemon looks for rounds reserved and
+// never published (a producer died between the two steps).
+const DefaultReapEvery = time.Minute
+
+// reap runs reaper passes until ctx ends.
+func reap(ctx context.Context, co *debounce.Coalescer, every time.Duration, m *Metrics, log *slog.Logger) {
+	r := co.NewReaper()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rep, err := r.Pass(ctx)
+		if err != nil {
+			m.reaper.WithLabelValues("error").Inc()
+			log.Warn("reaper: pass failed", "err", err)
+			continue
+		}
+		m.reaper.WithLabelValues("candidate").Add(float64(rep.Candidates))
+		m.reaper.WithLabelValues("released").Add(float64(rep.Released))
+		if rep.Released > 0 {
+			log.Info("reaper: released rounds reserved and never published", "released", rep.Released)
+		}
+	}
 }
 
 // Conns are the connections a daemon (or a CLI command) works with.
@@ -242,6 +274,13 @@ func Run(ctx context.Context, o Options) error {
 		_ = srv.Close()
 		return err
 	}
+	reapCtx, stopReaper := context.WithCancel(ctx)
+	defer stopReaper()
+	every := o.ReapEvery
+	if every <= 0 {
+		every = DefaultReapEvery
+	}
+	go reap(reapCtx, c.Coalescer, every, m, log)
 	addr := ln.Addr().String()
 	log.Info("serving", "http", addr, "events_subject", c.Publisher.Subjects().Prefix+".events.<type>",
 		"durable_ingest", cfg.NATS.Ingest.Durable, "cron_rules", len(rules))

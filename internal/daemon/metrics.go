@@ -28,6 +28,7 @@ type Metrics struct {
 	ingest        *prometheus.CounterVec
 	cron          *prometheus.CounterVec
 	http          *prometheus.CounterVec
+	reaper        *prometheus.CounterVec
 }
 
 // NewMetrics registers every series on a new registry (plus Go and process
@@ -64,7 +65,9 @@ func NewMetrics() *Metrics {
 		Help: "Cron rule ticks, by rule and result (ok, error)."}, []string{"rule", "result"})
 	m.http = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_http_requests_total",
 		Help: "HTTP requests, by route and status code."}, []string{"route", "code"})
-	for _, c := range []prometheus.Collector{m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
+	m.reaper = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_reaper_actions_total",
+		Help: "Reaper actions on rounds reserved but never published: candidate (seen unpublished), released (unpublished and unchanged for a whole period), error (a pass failed)."}, []string{"action"})
+	for _, c := range []prometheus.Collector{m.reaper, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
 		m.roundEvents, m.roundAge, m.jobs, m.guard, m.ingest, m.cron, m.http,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})} {
 		f(c)
