@@ -34,6 +34,11 @@ type Config struct {
 	Now      func() time.Time // default time.Now
 	Logger   *slog.Logger     // default: discard
 	Hooks    Hooks
+	// Pipelines bounds the Redis pipelines in flight: concurrent Submit
+	// calls share them (default DefaultPipelines). A lone call is sent at
+	// once; under load, calls that arrive while pipelines are busy ride the
+	// next ones. Negative: no batching, one round trip per call.
+	Pipelines int
 }
 
 // DefaultDueSlack is how early a round may be released at start.
@@ -64,6 +69,7 @@ type Coalescer struct {
 	now      func() time.Time
 	log      *slog.Logger
 	hooks    Hooks
+	batch    *batcher // nil: unbatched
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
@@ -117,6 +123,12 @@ func New(cfg Config) (*Coalescer, error) {
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.Pipelines == 0:
+		c.batch = newBatcher(c.rdb, DefaultPipelines)
+	case cfg.Pipelines > 0:
+		c.batch = newBatcher(c.rdb, cfg.Pipelines)
 	}
 	for _, p := range cfg.Policies {
 		cp, err := compile(p)
@@ -376,6 +388,14 @@ func (c *Coalescer) keys(p *compiled, key RoundKey) []string {
 	return []string{redisKey(c.prefix, key, "")}
 }
 
+// eval runs a script, batched with concurrent calls when batching is on.
+func (c *Coalescer) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if c.batch == nil {
+		return s.Run(ctx, c.rdb, keys, args...)
+	}
+	return c.batch.eval(ctx, s, keys, args...)
+}
+
 func newRnd() uint64 { return 1 + rand.Uint64N(1<<packRndBits-1) }
 
 func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, now time.Time) (reply, error) {
@@ -388,7 +408,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 		args = append(args, uint64(packOpen(wrnd, p.Window)), now.Add(p.Window).UnixMilli(),
 			boolArg(p.Trailing), p.trailingGrace.Milliseconds())
 	}
-	res, err := openPackedScript.Run(ctx, c.rdb, c.keys(p, key), args...).Int64Slice()
+	res, err := c.eval(ctx, openPackedScript, c.keys(p, key), args...).Int64Slice()
 	if err != nil {
 		return reply{}, err
 	}
@@ -447,7 +467,7 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, key RoundKey, no
 		argv = append(argv, uint64(packOpen(newRnd(), p.Window)), now.Add(p.Window).UnixMilli(),
 			unitFor(p.Window), p.trailingGrace.Milliseconds())
 	}
-	res, err := openRoundScript.Run(ctx, c.rdb, c.keys(p, key), argv...).Slice()
+	res, err := c.eval(ctx, openRoundScript, c.keys(p, key), argv...).Slice()
 	if err != nil {
 		return reply{}, err
 	}
@@ -510,10 +530,10 @@ func boolArg(b bool) string {
 func (c *Coalescer) markPublished(ctx context.Context, p *compiled, key RoundKey, r reply) {
 	var err error
 	if r.token.isHashToken() {
-		err = markRoundScript.Run(ctx, c.rdb, []string{r.rkey}, strconv.FormatUint(uint64(r.token), 10)).Err()
+		err = c.eval(ctx, markRoundScript, []string{r.rkey}, strconv.FormatUint(uint64(r.token), 10)).Err()
 	} else {
 		exp, rnd := r.token.packedParts()
-		err = markPackedScript.Run(ctx, c.rdb, []string{r.rkey}, exp, rnd).Err()
+		err = c.eval(ctx, markPackedScript, []string{r.rkey}, exp, rnd).Err()
 	}
 	if err != nil {
 		c.log.WarnContext(ctx, "could not mark the round published; joiners will publish it again (idempotently)",

@@ -284,3 +284,27 @@ func TestExplainChangesNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestScriptsReloadAfterFlush: a Redis that lost its script cache (restart,
+// failover, SCRIPT FLUSH) gets the scripts again, batched or not.
+func TestScriptsReloadAfterFlush(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewRedis(t)
+	rdb := srv.Client(t)
+	for _, pipelines := range []int{0, -1} {
+		c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: &recorder{}, Pipelines: pipelines, Prefix: testenv.Prefix(t),
+			Policies: []debounce.Policy{{Type: "t", Mode: debounce.ModeDebounce, Window: time.Second}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for i := range 3 {
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Submit(ctx, debounce.Event{Type: "t", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
+				t.Fatalf("pipelines %d, after SCRIPT FLUSH: %v", pipelines, err)
+			}
+		}
+	}
+}

@@ -303,3 +303,18 @@ func TestServeRefusals(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchCommand(t *testing.T) {
+	t.Parallel()
+	code, out, stderr := runBin(t, "", "bench", "--events", "300", "--keys", "10", "--concurrency", "4", "--window", "1m")
+	var r benchResult
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
+		t.Fatalf("bench: exit %d, %v, stdout %q stderr %q", code, err, out, stderr)
+	}
+	if r.Events != 300 || r.RoundsOpened != 10 || r.JobsPublished != 10 || r.Errors != 0 || r.EventsPerS <= 0 || r.Via != "library" {
+		t.Errorf("bench result %+v", r)
+	}
+	if code, _, stderr := runBin(t, "", "bench", "--mode", "sideways"); code != 2 || !strings.Contains(stderr, "not a mode") {
+		t.Errorf("bad mode: exit %d %q", code, stderr)
+	}
+}

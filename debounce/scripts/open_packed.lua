@@ -1,4 +1,5 @@
--- Open a round in the packed layout, or join the one pending: dedup,
+-- Open a round in the packed layout (SET key value PXAT expiry when the key
+-- is absent), or join the one pending: dedup,
 -- debounce with payload first, and (with KEYS[2]) throttle. The value is an
 -- integer below 2^53 so Lua numbers hold it exactly (layout.go):
 --   rnd * 2^39 + published * 2^38 + count * 2^16 + remaining
@@ -27,8 +28,8 @@ local now, unit = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 -- join adds one event to a packed value: count+1 (saturating) and the least
 -- remaining time. INCRBY keeps the TTL and the integer encoding.
-local function join(key, expiry)
-  local v = tonumber(redis.call('GET', key))
+local function join(key, raw, expiry)
+  local v = tonumber(raw)
   local delta = 0
   if math.floor(v / CNT) % 4194304 < MAXCNT then delta = CNT end
   local rem = math.floor((expiry - now) / unit)
@@ -39,21 +40,27 @@ local function join(key, expiry)
   return v + delta
 end
 
+-- Inside a script nothing interleaves, so GET then SET is as atomic as SET
+-- NX, and the common case (the round exists: join it) costs no failed SET.
 local expiry = tonumber(ARGV[2])
 if KEYS[2] then
-  if redis.call('SET', KEYS[2], ARGV[5], 'NX', 'PXAT', ARGV[6]) then
+  local wraw = redis.call('GET', KEYS[2])
+  if not wraw then
+    redis.call('SET', KEYS[2], ARGV[5], 'PXAT', ARGV[6])
     return {2, tonumber(ARGV[5]), tonumber(ARGV[6])}
   end
   local wexp = redis.call('PEXPIRETIME', KEYS[2])
   if ARGV[7] ~= '1' then
-    return {3, join(KEYS[2], wexp), wexp}
+    return {3, join(KEYS[2], wraw, wexp), wexp}
   end
-  join(KEYS[2], wexp)
+  join(KEYS[2], wraw, wexp)
   expiry = wexp + tonumber(ARGV[8])
 end
 
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', expiry) then
+local raw = redis.call('GET', KEYS[1])
+if not raw then
+  redis.call('SET', KEYS[1], ARGV[1], 'PXAT', expiry)
   return {1, tonumber(ARGV[1]), expiry}
 end
 local exp = redis.call('PEXPIRETIME', KEYS[1])
-return {0, join(KEYS[1], exp), exp}
+return {0, join(KEYS[1], raw, exp), exp}

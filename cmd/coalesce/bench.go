@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/config"
+	"github.com/coalesce-io/coalesce/internal/daemon"
+	"github.com/coalesce-io/coalesce/internal/devservers"
+	"github.com/coalesce-io/coalesce/publisher"
+)
+
+const benchSynopsis = `bench [--events N --keys K --concurrency C --mode M --window D --payload P] [--redis URL --nats URL | --config FILE] [--http URL [--batch N]]
+
+A load generator: N events over K keys ("tenant-<i mod K>"), C in flight,
+through the library (a Coalescer on the Redis and NATS given, publishing
+real schedules), or with --http through a running daemon's batch endpoint
+(--batch lines per request) or single endpoint (--batch 0). Prints one JSON
+line: events_per_s, decision latency p50/p99 (per request with --http),
+rounds opened, jobs published, duplicate rounds, Redis CPU per event (INFO
+cpu) and Redis bytes per round (INFO memory) — give it a Redis of its own.
+
+With no servers given it uses in-process NATS and Redis (miniredis: no CPU
+or memory figures). Modes: debounce, extend, dedup, throttle; payloads:
+first, last, accumulate.`
+
+// benchResult is the one JSON line bench prints.
+type benchResult struct {
+	Mode                string   `json:"mode"`
+	Payload             string   `json:"payload"`
+	Via                 string   `json:"via"`
+	Events              int      `json:"events"`
+	Keys                int      `json:"keys"`
+	Concurrency         int      `json:"concurrency"`
+	Errors              int64    `json:"errors"`
+	Seconds             float64  `json:"seconds"`
+	EventsPerS          float64  `json:"events_per_s"`
+	P50us               float64  `json:"p50_us"`
+	P99us               float64  `json:"p99_us"`
+	RoundsOpened        int64    `json:"rounds_opened"`
+	JobsPublished       int64    `json:"jobs_published"`
+	DuplicatesObserved  int64    `json:"duplicates_observed"`
+	RedisCPUusPerEvent  *float64 `json:"redis_cpu_us_per_event"`
+	RedisBytesPerRound  *float64 `json:"redis_bytes_per_round"`
+	ClientCPUusPerEvent float64  `json:"client_cpu_us_per_event"`
+	AllocsPerEvent      float64  `json:"allocs_per_event"`
+}
+
+func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("bench", benchSynopsis, stderr)
+	var sf serverFlags
+	sf.register(fs)
+	events := fs.Int("events", 100_000, "events to send")
+	keys := fs.Int("keys", 1000, "distinct keys")
+	conc := fs.Int("concurrency", 50, "events (or requests) in flight")
+	mode := fs.String("mode", "debounce", "debounce, extend, dedup or throttle")
+	window := fs.Duration("window", 5*time.Minute, "debounce window (extend: max wait is 2x) or throttle window; long keeps rounds pending through the run")
+	payload := fs.String("payload", "first", "first, last or accumulate")
+	httpURL := fs.String("http", "", "send through a running daemon at this URL instead of the library")
+	batch := fs.Int("batch", 1000, "with --http: events per batch request; 0 uses POST /v1/events")
+	token := fs.String("token", "", "with --http: bearer token")
+	jobType := fs.String("type", "bench", "job type (with --http, the daemon needs a policy for it)")
+	prefix := fs.String("prefix", "b", "library: Redis key prefix (runs with one prefix within a window join each other's rounds)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *events < 1 || *keys < 1 || *conc < 1 {
+		return usagef("--events, --keys and --concurrency must be at least 1")
+	}
+	p := debounce.Policy{Type: *jobType, Mode: debounce.Mode(*mode), Window: *window, Payload: debounce.Payload(*payload), KeyFields: []string{"tenant_id"}}
+	switch *mode {
+	case "extend":
+		p.Mode, p.Extend, p.MaxWait = debounce.ModeDebounce, true, 2**window
+	case "dedup":
+		p.Window, p.TTL = 0, *window
+	}
+	if p.Payload == debounce.PayloadAccumulate {
+		p.ItemField, p.MaxItems = "seq", 1<<30
+	}
+	if err := p.WithDefaults().Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	doc := func(i int) []byte {
+		return fmt.Appendf(nil, `{"type":%q,"args":{"tenant_id":"tenant-%d","seq":%d}}`, *jobType, i%*keys, i)
+	}
+
+	res := benchResult{Mode: *mode, Payload: *payload, Events: *events, Keys: *keys, Concurrency: *conc}
+	var rdb redis.UniversalClient
+	var submit func(ctx context.Context, from, to int) error // decides events [from, to)
+	var opened, published atomic.Int64
+	count := func(d debounce.Decision) {
+		if d.Outcome == debounce.OutcomeScheduled || d.Outcome == debounce.OutcomePublished {
+			opened.Add(1)
+		}
+	}
+	if *httpURL != "" {
+		cfg, err := sf.load()
+		if err != nil {
+			return err
+		}
+		localDaemonServers(cfg)
+		if rdb, err = cfg.RedisClient(); err != nil {
+			return err
+		}
+		defer rdb.Close()
+		c := &clientFlags{server: *httpURL, token: *token, timeout: time.Minute}
+		res.Via = "http-single"
+		submit = func(ctx context.Context, from, to int) error {
+			out, err := c.do(ctx, http.MethodPost, "/v1/events", "application/json", doc(from))
+			if err != nil {
+				return err
+			}
+			var d debounce.Decision
+			_ = json.Unmarshal(out, &d)
+			count(d)
+			return nil
+		}
+		if *batch > 0 {
+			res.Via = "http-batch"
+			submit = func(ctx context.Context, from, to int) error {
+				var body bytes.Buffer
+				for i := from; i < to; i++ {
+					body.Write(doc(i))
+					body.WriteByte('\n')
+				}
+				out, err := c.do(ctx, http.MethodPost, "/v1/events:batch", "application/x-ndjson", body.Bytes())
+				if err != nil {
+					return err
+				}
+				for line := range bytes.SplitSeq(out, []byte{'\n'}) {
+					var d debounce.Decision
+					if json.Unmarshal(line, &d) == nil {
+						count(d)
+					}
+				}
+				if n := bytes.Count(out, []byte(`{"error":`)); n > 0 {
+					return fmt.Errorf("%d events refused, e.g. %.200s", n, out)
+				}
+				return nil
+			}
+		}
+	} else {
+		// --redis alone: a real Redis, and an in-process NATS for the jobs.
+		onlyRedis := sf.redis != "" && sf.nats == "" && sf.config == ""
+		if onlyRedis {
+			sf.nats = "nats://127.0.0.1:4222" // replaced below; lets the config check pass
+		}
+		cfg, err := sf.load()
+		if err != nil {
+			return err
+		}
+		if onlyRedis {
+			cfg.NATS.URLs = nil
+		}
+		cfg.Policies = []debounce.Policy{p.WithDefaults()}
+		if cfg.UsesEmbedded() || len(cfg.NATS.URLs) == 0 {
+			dir, err := os.MkdirTemp("", "coalesce-bench-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			if len(cfg.NATS.URLs) == 0 && !cfg.UsesEmbedded() {
+				// --redis alone: a real Redis, and an in-process NATS for the jobs.
+				dev, err := devservers.Start(devservers.Options{NATSListen: "127.0.0.1:0", RedisListen: "127.0.0.1:0", DataDir: dir})
+				if err != nil {
+					return err
+				}
+				defer dev.Close()
+				cfg.NATS.URLs = []string{dev.NATSURL}
+			}
+			cfg.Embedded = config.Embedded{NATSListen: "127.0.0.1:0", RedisListen: "127.0.0.1:0", DataDir: dir}
+		}
+		if cfg.NATS.Stream == config.DefaultNATSStream {
+			cfg.NATS.Stream, cfg.NATS.Prefix = "COALESCE_BENCH", "cobench"
+		}
+		cfg.Redis.Prefix = *prefix
+		m := daemon.NewMetrics()
+		conns, err := daemon.Connect(ctx, cfg, nil, m, false)
+		if err != nil {
+			return err
+		}
+		defer conns.Close()
+		// Count published jobs with a publisher of our own on the same stream.
+		pub, err := publisher.New(ctx, conns.JetStream, &publisher.Config{Stream: cfg.NATS.Stream, Prefix: cfg.NATS.Prefix,
+			OnPublish: func(info publisher.PublishInfo) {
+				if info.Err == nil && !info.Duplicate {
+					published.Add(1)
+				}
+			}})
+		if err != nil {
+			return err
+		}
+		co, err := debounce.New(debounce.Config{Redis: conns.Redis, Publisher: pub, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix})
+		if err != nil {
+			return err
+		}
+		rdb = conns.Redis
+		res.Via = "library"
+		argsOf := func(i int) json.RawMessage {
+			return fmt.Appendf(nil, `{"tenant_id":"tenant-%d","seq":%d}`, i%*keys, i)
+		}
+		submit = func(ctx context.Context, i, _ int) error {
+			d, err := co.Submit(ctx, debounce.Event{Type: *jobType, Args: argsOf(i)})
+			if err == nil {
+				count(d)
+			}
+			return err
+		}
+		*batch = 1
+		defer func() { _ = purgeBenchStream(ctx, conns, cfg.NATS.Stream) }()
+	}
+	if *batch < 1 {
+		*batch = 1
+	}
+
+	cpu0, mem0, redisInfo := redisUsage(ctx, rdb)
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	cpuStart := processCPU()
+	requests := (*events + *batch - 1) / *batch
+	lat := make([]time.Duration, requests)
+	var next atomic.Int64
+	var errs atomic.Int64
+	var firstErr atomic.Value
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range *conc {
+		wg.Go(func() {
+			for {
+				r := int(next.Add(1)) - 1
+				if r >= requests {
+					return
+				}
+				from := r * *batch
+				to := min(from+*batch, *events)
+				t0 := time.Now()
+				if err := submit(ctx, from, to); err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+				lat[r] = time.Since(t0)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpuUsed := processCPU() - cpuStart
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+
+	res.Seconds = round(elapsed.Seconds(), 3)
+	res.EventsPerS = round(float64(*events)/elapsed.Seconds(), 0)
+	slices.Sort(lat)
+	res.P50us = round(float64(lat[len(lat)/2].Microseconds()), 0)
+	res.P99us = round(float64(lat[len(lat)*99/100].Microseconds()), 0)
+	res.Errors = errs.Load()
+	res.RoundsOpened = opened.Load()
+	res.JobsPublished = published.Load()
+	res.DuplicatesObserved = max(0, res.RoundsOpened-int64(*keys))
+	res.ClientCPUusPerEvent = round(cpuUsed.Seconds()*1e6/float64(*events), 2)
+	if res.Via == "library" {
+		res.AllocsPerEvent = round(float64(ms1.Mallocs-ms0.Mallocs)/float64(*events), 1)
+	}
+	if redisInfo {
+		cpu1, mem1, _ := redisUsage(ctx, rdb)
+		perEvent := round((cpu1-cpu0)*1e6/float64(*events), 2)
+		res.RedisCPUusPerEvent = &perEvent
+		if res.RoundsOpened > 0 {
+			perRound := round(float64(mem1-mem0)/float64(res.RoundsOpened), 1)
+			res.RedisBytesPerRound = &perRound
+		}
+	}
+	out, _ := json.Marshal(res)
+	fmt.Fprintln(stdout, string(out))
+	if e := firstErr.Load(); e != nil {
+		fmt.Fprintf(stderr, "coalesce bench: %d failed (first: %s)\n", res.Errors, e)
+		return exitError{exitFailure}
+	}
+	return nil
+}
+
+func round(v float64, digits int) float64 {
+	p := math.Pow10(digits)
+	return math.Round(v*p) / p
+}
+
+// redisUsage reads Redis's CPU seconds and used memory; ok false when the
+// server does not answer INFO (miniredis).
+func redisUsage(ctx context.Context, rdb redis.UniversalClient) (cpu float64, mem int64, ok bool) {
+	raw, err := rdb.Info(ctx, "cpu", "memory").Result()
+	if err != nil {
+		return 0, 0, false
+	}
+	for line := range strings.SplitSeq(raw, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch k {
+		case "used_cpu_sys", "used_cpu_user":
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f
+		case "used_memory":
+			mem, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return cpu, mem, true
+}
+
+// purgeBenchStream drops the bench's jobs so they do not run anywhere.
+func purgeBenchStream(ctx context.Context, conns *daemon.Conns, stream string) error {
+	s, err := conns.JetStream.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	return s.Purge(ctx)
+}
