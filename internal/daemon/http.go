@@ -287,16 +287,25 @@ func traceparent(r *http.Request, ev *debounce.Event) {
 	}
 }
 
-func (a *API) postEvent(w http.ResponseWriter, r *http.Request) *apiError {
+// readEvent reads and decodes the one event a request carries.
+func (a *API) readEvent(w http.ResponseWriter, r *http.Request) (debounce.Event, *apiError) {
 	body, e := a.readBody(w, r)
 	if e != nil {
-		return e
+		return debounce.Event{}, e
 	}
 	ev, err := DecodeEvent(body)
 	if err != nil {
-		return submitError(err)
+		return ev, submitError(err)
 	}
 	traceparent(r, &ev)
+	return ev, nil
+}
+
+func (a *API) postEvent(w http.ResponseWriter, r *http.Request) *apiError {
+	ev, e := a.readEvent(w, r)
+	if e != nil {
+		return e
+	}
 	d, err := a.cfg.Coalescer.Submit(r.Context(), ev)
 	if err != nil {
 		return submitError(err)
@@ -384,13 +393,9 @@ func errorJSON(err error) []byte {
 }
 
 func (a *API) postExplain(w http.ResponseWriter, r *http.Request) *apiError {
-	body, e := a.readBody(w, r)
+	ev, e := a.readEvent(w, r)
 	if e != nil {
 		return e
-	}
-	ev, err := DecodeEvent(body)
-	if err != nil {
-		return submitError(err)
 	}
 	ex, err := a.cfg.Coalescer.Explain(r.Context(), ev)
 	if err != nil {
