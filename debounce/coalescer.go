@@ -79,6 +79,7 @@ type compiled struct {
 	itemScheme *fingerprint.Scheme // accumulate with ItemField
 	itemPrefix int                 // bytes of `{"field":` in the item's canonical form
 	hash       bool                // hash layout (extend, last, accumulate)
+	mix        typeMix             // the type's part of every Redis key
 	unit       int64               // remaining unit of the packed round, ms
 	// Throttle with trailing: the trailing round lives until the window end
 	// plus this grace.
@@ -162,6 +163,7 @@ func compile(p Policy) (*compiled, error) {
 		cp.itemPrefix = len(head) - len("0}")
 	}
 	cp.hash = p.Extend || p.Payload != PayloadFirst
+	cp.mix = mixFor(p.Type)
 	if p.Mode == ModeThrottle && p.Trailing {
 		cp.trailingGrace = DefaultGrace
 	}
@@ -205,6 +207,9 @@ func (c *Coalescer) Submit(ctx context.Context, ev Event) (Decision, error) {
 func (c *Coalescer) identify(p *compiled, ev Event) (fingerprint.Fingerprint, RoundKey, []byte, error) {
 	if len(bytes.TrimSpace(ev.Args)) == 0 {
 		return fingerprint.Fingerprint{}, RoundKey{}, nil, fmt.Errorf("%w: args: required; send {} when the job has none", ErrInvalidEvent)
+	}
+	if ev.TraceParent != "" && !ValidTraceParent(ev.TraceParent) {
+		return fingerprint.Fingerprint{}, RoundKey{}, nil, fmt.Errorf("%w: traceparent: %q is not a W3C traceparent (lowercase hex and dashes, e.g. 00-<32 hex>-<16 hex>-01)", ErrInvalidEvent, truncate(ev.TraceParent, 80))
 	}
 	fp, err := p.scheme.FromJSON(ev.Args)
 	if err != nil {
@@ -383,9 +388,9 @@ func (c *Coalescer) storeDown(ctx context.Context, p *compiled, d Decision, job 
 // keys returns the round key and, for throttle, the window key.
 func (c *Coalescer) keys(p *compiled, key RoundKey) []string {
 	if p.Mode == ModeThrottle {
-		return []string{redisKey(c.prefix, key, "t"), redisKey(c.prefix, key, "")}
+		return []string{redisKey(c.prefix, p.mix, key, "t"), redisKey(c.prefix, p.mix, key, "")}
 	}
-	return []string{redisKey(c.prefix, key, "")}
+	return []string{redisKey(c.prefix, p.mix, key, "")}
 }
 
 // eval runs a script, batched with concurrent calls when batching is on.
@@ -496,6 +501,28 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, key RoundKey, no
 		version:   int(ints[7]),
 		rkey:      c.keys(p, key)[0],
 	}, nil
+}
+
+// ValidTraceParent reports whether s looks like a W3C traceparent: 55 to 256
+// bytes of lowercase hex digits and dashes. It travels in a NATS header, so
+// anything else (CR, LF, non-ASCII) is refused up front.
+func ValidTraceParent(s string) bool {
+	if len(s) < 55 || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 // int64s converts a script reply of integers and decimal strings.

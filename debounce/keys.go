@@ -64,16 +64,29 @@ const DefaultPrefix = "c"
 // integer value, against 133 B at 15-22 bytes).
 const digestLen = 11
 
+// typeMix is mixed into a round key's digest so the Redis key depends on the
+// job type too: a round key is only ever computed for its own type, but an
+// admin call naming (another type, that key) must not reach the round.
+type typeMix [digestLen]byte
+
+func mixFor(jobType string) typeMix {
+	h := sha256.Sum256([]byte("coalesce type\n" + jobType))
+	var m typeMix
+	copy(m[:], h[:])
+	return m
+}
+
 // redisKey returns the reservation key: prefix "{" digest "}". The braces make
 // the digest the Cluster hash tag, so a round's other keys (suffixes after
 // the brace) share its slot. A '}' in the digest would end the tag early, so
 // it is replaced.
-func redisKey(prefix string, k RoundKey, suffix string) string {
+func redisKey(prefix string, mix typeMix, k RoundKey, suffix string) string {
 	var b strings.Builder
 	b.Grow(len(prefix) + digestLen + 2 + len(suffix))
 	b.WriteString(prefix)
 	b.WriteByte('{')
-	for _, c := range k[:digestLen] {
+	for i, c := range k[:digestLen] {
+		c ^= mix[i]
 		if c == '}' {
 			c = '|'
 		}

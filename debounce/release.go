@@ -113,7 +113,15 @@ func (c *Coalescer) takenKey(job Job) string {
 	if job.Mode == ModeThrottle {
 		suffix = "tx" + job.Token.String()
 	}
-	return redisKey(c.prefix, job.Key, suffix)
+	return redisKey(c.prefix, c.mixOf(job.Type), job.Key, suffix)
+}
+
+// mixOf is the type's key mix, from its policy when there is one.
+func (c *Coalescer) mixOf(jobType string) typeMix {
+	if p, ok := c.policies[jobType]; ok {
+		return p.mix
+	}
+	return mixFor(jobType)
 }
 
 func (c *Coalescer) skipped(job Job) Release {
@@ -126,7 +134,7 @@ func (c *Coalescer) jobRedisKey(job Job) string {
 	if job.Mode == ModeThrottle && !job.Immediate() {
 		suffix = "t" // the trailing round
 	}
-	return redisKey(c.prefix, job.Key, suffix)
+	return redisKey(c.prefix, c.mixOf(job.Type), job.Key, suffix)
 }
 
 func (c *Coalescer) release(ctx context.Context, job Job, op string) (Release, error) {

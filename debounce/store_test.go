@@ -46,6 +46,7 @@ func TestInvalidEvents(t *testing.T) {
 		{debounce.Event{Type: "t", Args: json.RawMessage(`{"user":1}`)}, debounce.ErrInvalidEvent, `key field "tenant_id" is missing`, "missing_key_field"},
 		{debounce.Event{Type: "t", Args: json.RawMessage(`{"tenant_id":1}`), Key: strings.Repeat("k", 1025)}, debounce.ErrInvalidEvent, "key: must be 1-1024 bytes", ""},
 		{debounce.Event{Type: "t", Args: json.RawMessage(`{"tenant_id":1}`), Key: "\xff"}, debounce.ErrInvalidEvent, "key: must be", ""},
+		{debounce.Event{Type: "t", Args: json.RawMessage(`{"tenant_id":1}`), TraceParent: "00-a\r\nX: 1"}, debounce.ErrInvalidEvent, "traceparent:", ""},
 		{debounce.Event{Type: "acc", Args: json.RawMessage(`{"x":1}`)}, debounce.ErrInvalidEvent, `item_field: args.id: key field "id" is missing`, "missing_key_field"},
 	}
 	for _, tt := range tests {

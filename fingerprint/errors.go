@@ -2,6 +2,7 @@ package fingerprint
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -85,10 +86,20 @@ type pathElem struct {
 	isIdx              bool
 }
 
+// maxPathElems bounds a path in a message: deeper paths keep their first and
+// last steps around an ellipsis, so hostile nesting cannot bloat an error.
+const maxPathElems = 24
+
 func formatPath(in, extra []byte, elems []pathElem) string {
 	var b strings.Builder
 	b.WriteString("args")
-	for _, e := range elems {
+	for i, e := range elems {
+		if len(elems) > maxPathElems && i >= maxPathElems/2 && i < len(elems)-maxPathElems/2 {
+			if i == maxPathElems/2 {
+				fmt.Fprintf(&b, "…(%d more)…", len(elems)-maxPathElems)
+			}
+			continue
+		}
 		if e.isIdx {
 			b.WriteByte('[')
 			b.WriteString(strconv.Itoa(int(e.index)))

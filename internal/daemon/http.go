@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/coalesce-io/coalesce/debounce"
@@ -64,7 +65,9 @@ func NewAPI(cfg APIConfig) *API {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	for _, t := range cfg.Tokens {
-		a.tokens = append(a.tokens, sha256.Sum256([]byte(t)))
+		if t = strings.TrimSpace(t); t != "" { // an empty token would let an empty Bearer in
+			a.tokens = append(a.tokens, sha256.Sum256([]byte(t)))
+		}
 	}
 	return a
 }
@@ -157,11 +160,15 @@ func (a *API) authorized(r *http.Request) bool {
 	if len(a.tokens) == 0 {
 		return true
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
+	auth := r.Header.Get("Authorization")
+	if len(auth) < 7 || !strings.EqualFold(auth[:7], "Bearer ") {
 		return false
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	tok := strings.TrimSpace(auth[7:])
+	if tok == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(tok))
 	match := 0
 	for _, t := range a.tokens {
 		match |= subtle.ConstantTimeCompare(sum[:], t[:])
@@ -196,54 +203,108 @@ func readLimited(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *
 	return body, nil
 }
 
-// wireEvent is an event as it arrives over HTTP or NATS.
-type wireEvent struct {
-	Type        string          `json:"type"`
-	Args        json.RawMessage `json:"args"`
-	Key         string          `json:"key"`
-	TraceParent string          `json:"traceparent"`
-}
-
-// DecodeEvent parses one event document strictly: unknown members, a second
-// document and a missing type or args are refused, naming the field.
+// DecodeEvent parses one event document strictly: an object with exactly the
+// members type, args and optionally key and traceparent, spelled in lower case,
+// each once; the whole document I-JSON (unique member names, valid UTF-8, no
+// lone surrogates, finite numbers) and nothing after it. Problems are refused
+// with the field they are in.
 func DecodeEvent(doc []byte) (debounce.Event, error) {
-	var we wireEvent
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&we); err != nil {
-		return debounce.Event{}, jsonError(err)
+	// First the whole document through the strict canonicalizer: its errors
+	// name the problem and the path (args.user.id), from the event's root.
+	if _, err := fingerprint.Canonicalize(doc); err != nil {
+		return debounce.Event{}, envelopeError(err)
 	}
-	if dec.More() {
-		return debounce.Event{}, errf(http.StatusBadRequest, "invalid_json", "", "unexpected data after the event object; send one JSON object (or NDJSON to /v1/events:batch)")
+	dec := jsontext.NewDecoder(bytes.NewReader(doc))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return debounce.Event{}, errf(http.StatusBadRequest, "invalid_json", "", `the body must be one JSON object: {"type":"…","args":{…}}`)
 	}
-	if we.Type == "" {
-		return debounce.Event{}, errf(http.StatusBadRequest, "invalid_type", "type", "type: required, e.g. \"recompute_financials\"")
+	var ev debounce.Event
+	var haveArgs bool
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return ev, errf(http.StatusBadRequest, "invalid_json", "", "invalid JSON: %v", err)
+		}
+		name := tok.String()
+		switch name {
+		case "args":
+			v, err := dec.ReadValue()
+			if err != nil {
+				return ev, errf(http.StatusBadRequest, "invalid_json", "args", "args: %v", err)
+			}
+			ev.Args, haveArgs = append(json.RawMessage(nil), v...), true
+		case "type", "key", "traceparent":
+			if k := dec.PeekKind(); k != '"' {
+				return ev, errf(http.StatusBadRequest, "invalid_json", name, "%s: must be a string, not %s", name, kindName(k))
+			}
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return ev, errf(http.StatusBadRequest, "invalid_json", name, "%s: %v", name, err)
+			}
+			switch name {
+			case "type":
+				ev.Type = tok.String()
+			case "key":
+				ev.Key = tok.String()
+			default:
+				ev.TraceParent = tok.String()
+			}
+		default:
+			return ev, errf(http.StatusBadRequest, "unknown_field", name, "unknown field %q; an event has type, args, key and traceparent (lower case)", truncateString(name, 64))
+		}
 	}
-	if len(bytes.TrimSpace(we.Args)) == 0 {
-		return debounce.Event{}, errf(http.StatusBadRequest, "invalid_args", "args", "args: required; send {} when the job has none")
+	if ev.Type == "" {
+		return ev, errf(http.StatusBadRequest, "invalid_type", "type", "type: required, e.g. \"recompute_financials\"")
 	}
-	if len(we.TraceParent) > 256 {
-		return debounce.Event{}, errf(http.StatusBadRequest, "invalid_traceparent", "traceparent", "traceparent: longer than 256 bytes")
+	if !haveArgs {
+		return ev, errf(http.StatusBadRequest, "invalid_args", "args", "args: required; send {} when the job has none")
 	}
-	return debounce.Event{Type: we.Type, Args: we.Args, Key: we.Key, TraceParent: we.TraceParent}, nil
+	if ev.TraceParent != "" && !debounce.ValidTraceParent(ev.TraceParent) {
+		return ev, errf(http.StatusBadRequest, "invalid_traceparent", "traceparent", "traceparent: not a W3C traceparent (55-256 bytes of lowercase hex and dashes)")
+	}
+	return ev, nil
 }
 
-func jsonError(err error) *apiError {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.Is(err, io.EOF):
-		return errf(http.StatusBadRequest, "invalid_json", "", "empty body; send {\"type\":...,\"args\":{...}}")
-	case errors.As(err, &se):
-		return errf(http.StatusBadRequest, "invalid_json", "", "invalid JSON at byte %d: %v", se.Offset, err)
-	case errors.As(err, &te):
-		return errf(http.StatusBadRequest, "invalid_json", te.Field, "%s: must be a %s, not a JSON %s", te.Field, te.Type, te.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return errf(http.StatusBadRequest, "unknown_field", field, "unknown field %q; an event has type, args, key and traceparent", field)
-	default:
-		return errf(http.StatusBadRequest, "invalid_json", "", "invalid JSON: %v", err)
+// envelopeError reports a canonicalizer error on the event document: its
+// paths start at the event (args.args.x is the event's args.x).
+func envelopeError(err error) *apiError {
+	var fe *fingerprint.Error
+	if !errors.As(err, &fe) {
+		return errf(http.StatusBadRequest, "invalid_json", "", "%v", err)
 	}
+	path := strings.TrimPrefix(strings.TrimPrefix(fe.Path, "args"), ".")
+	msg := fe.Msg
+	if strings.HasPrefix(msg, "invalid JSON at byte 0: empty input") {
+		msg = `empty body; send {"type":…,"args":{…}}`
+	}
+	if path != "" {
+		msg = path + ": " + msg
+	}
+	return errf(http.StatusBadRequest, fe.Code(), path, "%s", msg)
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '0':
+		return "a number"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a value of another kind"
+	}
+}
+
+func truncateString(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 // submitError maps Submit's errors to API errors.
@@ -281,9 +342,11 @@ func submitError(err error) *apiError {
 	}
 }
 
+// traceparent takes the trace context from the header when the body has
+// none; an invalid header is ignored, as W3C Trace Context asks.
 func traceparent(r *http.Request, ev *debounce.Event) {
-	if ev.TraceParent == "" {
-		ev.TraceParent = r.Header.Get("traceparent")
+	if h := r.Header.Get("traceparent"); ev.TraceParent == "" && debounce.ValidTraceParent(h) {
+		ev.TraceParent = h
 	}
 }
 
@@ -325,7 +388,7 @@ func (a *API) postBatch(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	var lines [][]byte
 	for line := range bytes.SplitSeq(body, []byte{'\n'}) {
-		if len(bytes.TrimSpace(line)) > 0 {
+		if len(bytes.Trim(line, " \t\r\n")) > 0 { // JSON whitespace only: other spaces are bad lines
 			lines = append(lines, line)
 		}
 	}

@@ -105,9 +105,9 @@ func TestEventsAndErrors(t *testing.T) {
 		status                   int
 		code, field, msgHas      string
 	}{
-		{"not JSON", "POST", "/v1/events", `{"type":`, 400, "invalid_json", "", "invalid JSON"},
+		{"not JSON", "POST", "/v1/events", `{"type":`, 400, "invalid_json", "type", "unexpected end of input"},
 		{"empty body", "POST", "/v1/events", ``, 400, "invalid_json", "", "empty body"},
-		{"two documents", "POST", "/v1/events", `{"type":"recompute","args":{}} {}`, 400, "invalid_json", "", "unexpected data"},
+		{"two documents", "POST", "/v1/events", `{"type":"recompute","args":{}} {}`, 400, "invalid_json", "", "after the top-level value"},
 		{"unknown field", "POST", "/v1/events", `{"type":"recompute","args":{},"priority":1}`, 400, "unknown_field", "priority", `unknown field "priority"`},
 		{"type not a string", "POST", "/v1/events", `{"type":7,"args":{}}`, 400, "invalid_json", "type", "must be a string"},
 		{"no type", "POST", "/v1/events", `{"args":{}}`, 400, "invalid_type", "type", "required"},
@@ -288,5 +288,61 @@ func TestStoreDownFailClosedIs503(t *testing.T) {
 	code, body = f.do(t, "POST", "/v1/events", `{"type":"recompute","args":{"tenant_id":1}}`)
 	if code != 200 || !bytes.Contains(body, []byte(`"outcome":"bypassed"`)) {
 		t.Errorf("fail open with Redis down: %d %s", code, body)
+	}
+}
+
+// TestFoundByTheHostileCorpus: what the hostile-input review found, fixed.
+func TestFoundByTheHostileCorpus(t *testing.T) {
+	t.Parallel()
+	f := newAPI(t)
+	_, body := f.do(t, "POST", "/v1/events", `{"type":"recompute","args":{"tenant_id":1}}`)
+	var d debounce.Decision
+	if err := json.Unmarshal(body, &d); err != nil {
+		t.Fatal(err)
+	}
+	// A round key named with another job type reaches nothing.
+	for _, m := range []string{"GET", "DELETE"} {
+		if code, body := f.do(t, m, "/v1/rounds/notify/"+d.Key.String(), ""); code != 404 {
+			t.Errorf("%s of recompute's round as notify: %d %s, want 404", m, code, body)
+		}
+	}
+	if _, found, _ := f.co.Inspect(context.Background(), "recompute", d.Key); !found {
+		t.Fatal("the recompute round was touched through another type")
+	}
+	tests := []struct{ name, body, code, field string }{
+		{"CR LF in the body's traceparent", `{"type":"notify","args":{},"traceparent":"00-a\r\nX-Injected: 1"}`, "invalid_traceparent", "traceparent"},
+		{"non-ASCII traceparent", `{"type":"notify","args":{},"traceparent":"00-é"}`, "invalid_traceparent", "traceparent"},
+		{"invalid UTF-8 in the key", "{\"type\":\"notify\",\"args\":{},\"key\":\"\xff\"}", "invalid_utf8", "key"},
+		{"lone surrogate in the key", `{"type":"notify","args":{},"key":"\udfff"}`, "lone_surrogate", "key"},
+		{"a stray brace after the event", `{"type":"notify","args":{"c":1}}}`, "invalid_json", ""},
+		{"a stray bracket after the event", `{"type":"notify","args":{"c":1}}]`, "invalid_json", ""},
+		{"members in upper case", `{"TYPE":"notify","ARGS":{}}`, "unknown_field", "TYPE"},
+		{"args twice", `{"type":"notify","args":{"c":1},"args":{"c":2}}`, "duplicate_name", "args"},
+		{"a body that is an array", `[]`, "invalid_json", ""},
+	}
+	for _, tt := range tests {
+		code, body := f.do(t, "POST", "/v1/events", tt.body)
+		var e errBody
+		_ = json.Unmarshal(body, &e)
+		if code != 400 || e.Error.Code != tt.code || e.Error.Field != tt.field || strings.Contains(e.Error.Message, "wireEvent") {
+			t.Errorf("%s: %d %s, want 400 %s field %q", tt.name, code, body, tt.code, tt.field)
+		}
+	}
+	// An invalid traceparent header is ignored, as W3C Trace Context asks.
+	if code, body := f.do(t, "POST", "/v1/events", `{"type":"notify","args":{"c":9}}`, "traceparent", "junk\x80"); code != 200 {
+		t.Errorf("invalid traceparent header: %d %s, want 200", code, body)
+	}
+	// A batch line of Unicode spaces is a bad line, answered in place.
+	code, body := f.do(t, "POST", "/v1/events:batch", "\u00a0\n"+`{"type":"notify","args":{"c":10}}`+"\n")
+	if lines := strings.Split(strings.TrimSpace(string(body)), "\n"); code != 200 || len(lines) != 2 || !strings.Contains(lines[0], `"invalid_json"`) {
+		t.Errorf("NBSP line: %d %s", code, body)
+	}
+	// Bearer is case-insensitive; an empty configured token lets nothing in.
+	g := newAPI(t, "tok", "")
+	if code, _ := g.do(t, "GET", "/v1/policies", "", "Authorization", "bearer tok"); code != 200 {
+		t.Errorf("lower-case bearer: %d", code)
+	}
+	if code, _ := g.do(t, "GET", "/v1/policies", "", "Authorization", "Bearer "); code != 401 {
+		t.Errorf("empty bearer with an empty token configured: %d", code)
 	}
 }

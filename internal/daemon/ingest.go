@@ -23,6 +23,10 @@ import (
 func eventsSubject(prefix string) string { return prefix + ".events.>" }
 func ingestSubject(prefix string) string { return prefix + ".ingest.>" }
 
+// MaxIngestDeliveries bounds how often a stored event is retried (Redis or
+// NATS unavailable) before it is dropped with an error in the log.
+const MaxIngestDeliveries = 100
+
 // DefaultIngestStream is the durable intake stream's name.
 const DefaultIngestStream = "COALESCE_INGEST"
 
@@ -190,6 +194,12 @@ func (in *Ingest) onStored(msg jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	subject := msg.Subject()
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > MaxIngestDeliveries {
+		in.log.Error("ingest: dropping an event that failed every delivery", "subject", subject, "deliveries", md.NumDelivered)
+		in.count("stream", false)
+		_ = msg.Term()
+		return
+	}
 	reply, ok := in.decide(ctx, subject, in.typeFromSubject(subject, "ingest"), msg.Data(), msg.Headers().Get("traceparent"))
 	in.count("stream", ok)
 	if ok {
