@@ -148,13 +148,13 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		return fail(fmt.Errorf("redis: %w", err))
 	}
 	if err := c.Redis.Ping(ctx).Err(); err != nil {
-		return fail(fmt.Errorf("redis: cannot reach %s: %w", describeRedis(cfg, redisURL), err))
+		return fail(fmt.Errorf("redis: %s: %w (check the address, credentials and TLS settings)", describeRedis(cfg, redisURL), err))
 	}
 
 	opts := cfg.NATSOptions()
 	opts = append(opts, nats.Timeout(5*time.Second))
 	if c.NATS, err = nats.Connect(joinURLs(natsURLs), opts...); err != nil {
-		return fail(fmt.Errorf("nats: cannot reach %s: %w", joinURLs(natsURLs), err))
+		return fail(fmt.Errorf("nats: %s: %w (check the address, credentials and TLS settings)", joinURLs(natsURLs), err))
 	}
 	if c.JetStream, err = jetstream.New(c.NATS); err != nil {
 		return fail(fmt.Errorf("nats: %w", err))
