@@ -20,7 +20,11 @@ import (
 // for Submit (a worker that only releases rounds may leave it nil).
 type Config struct {
 	// Redis holds the reservations: a single node, Cluster or Sentinel
-	// client. Redis 7.0 or later (PEXPIRETIME).
+	// client. Redis 7.0 or later (PEXPIRETIME). Give it MaxRetries: -1: the
+	// scripts that open rounds are not idempotent, and one resent by the
+	// client after its lost reply could reopen, under the same token, a round
+	// that has since run and closed; that round would never run. A lost reply
+	// is better reported (the caller retries the event).
 	Redis     redis.UniversalClient
 	Publisher Publisher
 	Policies  []Policy
@@ -125,6 +129,9 @@ func New(cfg Config) (*Coalescer, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	if clientRetries(c.rdb) {
+		c.log.Warn("the Redis client resends commands whose reply was lost (MaxRetries); set MaxRetries: -1, or a resent opening can reopen a round that already ran")
+	}
 	switch {
 	case cfg.Pipelines == 0:
 		c.batch = newBatcher(c.rdb, DefaultPipelines)
@@ -142,6 +149,17 @@ func New(cfg Config) (*Coalescer, error) {
 		c.policies[cp.Type] = cp
 	}
 	return c, nil
+}
+
+// clientRetries reports whether a go-redis client resends failed commands.
+func clientRetries(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().MaxRetries > 0
+	case *redis.ClusterClient:
+		return c.Options().MaxRetries > 0
+	}
+	return false
 }
 
 func compile(p Policy) (*compiled, error) {
@@ -410,7 +428,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 	args := []any{uint64(packOpen(rnd, p.lifetime())), expiry, nowMs, p.unit}
 	if p.Mode == ModeThrottle {
 		wrnd := newRnd()
-		args = append(args, uint64(packOpen(wrnd, p.Window)), now.Add(p.Window).UnixMilli(),
+		args = append(args, uint64(packOpen(wrnd, p.Window)), p.Window.Milliseconds(),
 			boolArg(p.Trailing), p.trailingGrace.Milliseconds())
 	}
 	res, err := c.eval(ctx, openPackedScript, c.keys(p, key), args...).Int64Slice()
@@ -469,7 +487,7 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, key RoundKey, no
 		extendWindow, p.MaxWait.Milliseconds(), string(p.Payload), data, p.MaxItems,
 	}
 	if p.Mode == ModeThrottle {
-		argv = append(argv, uint64(packOpen(newRnd(), p.Window)), now.Add(p.Window).UnixMilli(),
+		argv = append(argv, uint64(packOpen(newRnd(), p.Window)), p.Window.Milliseconds(),
 			unitFor(p.Window), p.trailingGrace.Milliseconds())
 	}
 	res, err := c.eval(ctx, openRoundScript, c.keys(p, key), argv...).Slice()

@@ -152,7 +152,7 @@ func (p *Publisher) ServerVersion() string { return p.version }
 // Message returns the message Publish would send for job at now: on the job
 // subject when the job is immediate or already due (first version), else a
 // schedule on the round's schedule subject targeting the job subject. Headers are
-// EncodeHeaders(job) plus Nats-Msg-Id (token and version; random for a
+// EncodeHeaders(job) plus Nats-Msg-Id (key, token and version; random for a
 // bypassed job) and, for a schedule, Nats-Schedule ("@at" RFC 3339 with
 // nanoseconds, UTC) and Nats-Schedule-Target.
 func (p *Publisher) Message(job debounce.Job, now time.Time) (*nats.Msg, error) {
@@ -165,7 +165,9 @@ func (p *Publisher) Message(job debounce.Job, now time.Time) (*nats.Msg, error) 
 		round = bypassToken() // never deduplicated, never replaces another schedule
 		h.Set(jetstream.MsgIDHeader, round)
 	} else {
-		h.Set(jetstream.MsgIDHeader, round+"-"+strconv.Itoa(job.Version))
+		// The key is part of the id: a token is unique per key only, and
+		// JetStream deduplicates ids across the whole stream.
+		h.Set(jetstream.MsgIDHeader, job.Key.String()+"-"+round+"-"+strconv.Itoa(job.Version))
 	}
 	target := p.subjects.Job(job.Type)
 	m := &nats.Msg{Subject: target, Header: h, Data: job.Args}

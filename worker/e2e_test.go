@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -481,6 +482,9 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 	}
 	if got == nil {
 		t.Fatal("no dead letter within 10s")
+	}
+	if sum := got.Headers().Get(worker.HeaderSummary); !strings.Contains(sum, `"events":2`) || !strings.Contains(sum, `"payload":{"k":1,"v":2}`) {
+		t.Errorf("dead letter summary %q", sum)
 	}
 	if e := got.Headers().Get(worker.HeaderError); e != "boom 3" || got.Headers().Get(publisher.HeaderType) != "flaky" {
 		t.Errorf("dead letter headers %v", got.Headers())

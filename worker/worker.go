@@ -7,6 +7,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -210,7 +211,8 @@ func (w *Worker) Run(ctx context.Context, h Handler) error {
 			}
 			return err
 		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency))
+		// A small prefetch: prefetched messages wait unreported (see Run).
+		it, err := cons.Messages(jetstream.PullMaxMessages(max(1, w.cfg.Concurrency/len(w.cfg.Types))))
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrConsumer, typ, err)
 		}
@@ -226,16 +228,24 @@ func (w *Worker) Run(ctx context.Context, h Handler) error {
 	for _, it := range iters {
 		readers.Go(func() {
 			for {
+				// Take a slot first, then a message: a message never waits
+				// for a slot unreported, which would let its ack wait run out
+				// and count a delivery that never ran.
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
 				msg, err := it.Next()
 				if err != nil {
+					<-sem
 					if !errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() == nil {
 						w.log.ErrorContext(ctx, "worker: fetching jobs failed", "err", err)
 					}
 					return
 				}
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
+				if ctx.Err() != nil {
+					<-sem
 					_ = msg.Nak() // not started: hand it back at once
 					return
 				}
@@ -277,7 +287,7 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, h Handler) {
 	}
 	dj, err := publisher.DecodeJob(msg.Headers(), msg.Data())
 	if err != nil {
-		w.deadLetter(ctx, msg, "", fmt.Errorf("undecodable job: %w", err))
+		w.deadLetter(ctx, msg, "", fmt.Errorf("undecodable job: %w", err), debounce.Summary{})
 		return
 	}
 	job := &Job{Job: dj, Attempt: attempt}
@@ -419,19 +429,32 @@ func (w *Worker) finish(ctx context.Context, job *Job, ok, final bool, log *slog
 	}
 }
 
-// final dead-letters a job that will not be retried.
+// final dead-letters a job that will not be retried. It closes the job's
+// round first if no delivery did: a round left open would take in events
+// until its TTL for a job that will never run. The dead letter carries the
+// round's summary.
 func (w *Worker) final(ctx context.Context, msg jetstream.Msg, job *Job, cause error, log *slog.Logger) {
+	if job.Release == "" {
+		if rel, err := w.cfg.Coalescer.Start(ctx, job.Job); err == nil {
+			job.Release, job.Summary = rel.Result, rel.Summary
+		} else {
+			log.WarnContext(ctx, "worker: could not close the round of a dead job; it ends with its TTL", "err", err)
+		}
+	}
 	w.finish(ctx, job, false, true, log)
 	log.ErrorContext(ctx, "worker: job failed for the last time; dead-lettered", "err", cause)
-	w.deadLetter(ctx, msg, job.Type, cause)
+	w.deadLetter(ctx, msg, job.Type, cause, job.Summary)
 }
 
-// HeaderError carries why a dead letter died.
-const HeaderError = "Coalesce-Error"
+// Headers of a dead letter.
+const (
+	HeaderError   = "Coalesce-Error"   // why it died
+	HeaderSummary = "Coalesce-Summary" // its round's summary as JSON, when it fits in 64 KiB
+)
 
 // deadLetter copies the message to the dead-letter subject with the reason,
 // then terminates it. If the copy fails the message is left for redelivery.
-func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType string, cause error) {
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType string, cause error, sum debounce.Summary) {
 	if jobType == "" {
 		jobType = msg.Headers().Get(publisher.HeaderType)
 		if jobType == "" {
@@ -450,6 +473,11 @@ func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType stri
 		reason = reason[:1024]
 	}
 	dead.Header.Set(HeaderError, strings.ReplaceAll(reason, "\n", " "))
+	if sum.Events > 0 {
+		if b, err := json.Marshal(sum); err == nil && len(b) <= 64<<10 {
+			dead.Header.Set(HeaderSummary, string(b))
+		}
+	}
 	if md, err := msg.Metadata(); err == nil {
 		dead.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("dead-%s-%d", md.Stream, md.Sequence.Stream))
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -182,7 +183,8 @@ func TestServeAndWorkProcesses(t *testing.T) {
 
 	// coalesce work runs each job's command with the job JSON on stdin.
 	jobsFile := filepath.Join(dir, "jobs.ndjson")
-	work := start(t, "work", "--config", cfgPath, "--redis", "redis://"+redisAddr+"/0", "--nats", "nats://"+natsAddr,
+	metricsAddr := freeAddr(t)
+	work := start(t, "work", "--config", cfgPath, "--redis", "redis://"+redisAddr+"/0", "--nats", "nats://"+natsAddr, "--metrics", metricsAddr,
 		"--type", "recompute_financials", "--exec", "cat >> "+jobsFile+"; echo >> "+jobsFile)
 	readJobs := func() []jobJSON {
 		raw, _ := os.ReadFile(jobsFile)
@@ -219,6 +221,16 @@ func TestServeAndWorkProcesses(t *testing.T) {
 	}
 	if len(jobs) != 3 || len(tenants) != 3 || total != 300 {
 		t.Fatalf("%d jobs over %d keys covering %d events; want 3, 3, 300", len(jobs), len(tenants), total)
+	}
+
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(metrics, []byte(`coalesce_jobs_total{result="ok",type="recompute_financials"} 3`)) {
+		t.Errorf("work --metrics lacks the 3 jobs:\n%s", metrics)
 	}
 
 	// The other client commands against the same daemon.

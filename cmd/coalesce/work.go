@@ -7,11 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/daemon"
@@ -81,6 +85,7 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	concurrency := fs.Int("concurrency", 0, "jobs run at once (default from the file, else 4)")
 	maxDeliver := fs.Int("max-deliver", 0, "deliveries before dead-lettering (default from the file, else 5)")
 	ackWait := fs.Duration("ack-wait", 0, "redelivery after silence; progress is reported while CMD runs (default 30s)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9091)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level")
 	if err := parseFlags(fs, args); err != nil {
@@ -125,6 +130,16 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	w, err := worker.New(wc)
 	if err != nil {
 		return err
+	}
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics %s: %w", *metricsAddr, err)
+		}
+		srv := &http.Server{Handler: promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		log.Info("metrics", "addr", ln.Addr().String())
 	}
 	log.Info("working", "types", types.String(), "exec", *execCmd)
 	return w.Run(ctx, execHandler(*execCmd, stdout, stderr))

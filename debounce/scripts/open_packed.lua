@@ -13,7 +13,8 @@
 -- ARGV[3] -> now, unix ms
 -- ARGV[4] -> unit of remaining, ms
 -- ARGV[5] -> throttle: value to open the window with
--- ARGV[6] -> throttle: window end, unix ms
+-- ARGV[6] -> throttle: window length, ms (timed here, from the moment the
+--            window opens, so a delayed request opens a whole window)
 -- ARGV[7] -> throttle: "1" to gather dropped events into a trailing round
 -- ARGV[8] -> throttle: grace after the window end for the trailing round, ms
 -- Returns {status, value, expiry}:
@@ -46,8 +47,8 @@ local expiry = tonumber(ARGV[2])
 if KEYS[2] then
   local wraw = redis.call('GET', KEYS[2])
   if not wraw then
-    redis.call('SET', KEYS[2], ARGV[5], 'PXAT', ARGV[6])
-    return {2, tonumber(ARGV[5]), tonumber(ARGV[6])}
+    redis.call('SET', KEYS[2], ARGV[5], 'PX', ARGV[6])
+    return {2, tonumber(ARGV[5]), redis.call('PEXPIRETIME', KEYS[2])}
   end
   local wexp = redis.call('PEXPIRETIME', KEYS[2])
   if ARGV[7] ~= '1' then

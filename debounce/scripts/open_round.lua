@@ -17,7 +17,8 @@
 -- ARGV[8] -> the event's args (last) or item (accumulate); "" for first
 -- ARGV[9] -> max items (accumulate)
 -- ARGV[10] -> throttle: value to open the window with (packed layout)
--- ARGV[11] -> throttle: window end, unix ms
+-- ARGV[11] -> throttle: window length, ms (timed here, from the moment the
+--             window opens)
 -- ARGV[12] -> throttle: unit of remaining for the window value, ms
 -- ARGV[13] -> throttle: grace after the window end for the trailing round, ms
 -- Returns {status, token, count, first, due, published, fire, version}
@@ -33,8 +34,8 @@ local key = KEYS[1]
 local expiry, due = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 if KEYS[2] then
-  if redis.call('SET', KEYS[2], ARGV[10], 'NX', 'PXAT', ARGV[11]) then
-    return {2, tonumber(ARGV[10]), tonumber(ARGV[11])}
+  if redis.call('SET', KEYS[2], ARGV[10], 'NX', 'PX', ARGV[11]) then
+    return {2, tonumber(ARGV[10]), redis.call('PEXPIRETIME', KEYS[2])}
   end
   -- Count the event in the window value (see open_packed.lua's join).
   local wexp = redis.call('PEXPIRETIME', KEYS[2])

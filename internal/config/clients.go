@@ -92,6 +92,11 @@ func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
 // failover client from SentinelMaster and Addrs, or a Cluster client from
 // Addrs. CLIENT SETINFO is disabled (DisableIdentity) for Redis 7.0 and
 // miniredis. In embedded mode there is nothing to connect to and it fails.
+//
+// The clients never resend a command whose reply was lost (MaxRetries -1):
+// the scripts that open rounds are not idempotent, and one resent after the
+// round it opened was published, run and closed would open it again under
+// the same token, a round that would never run.
 func (c *Config) RedisClient() (redis.UniversalClient, error) {
 	r := &c.Redis
 	var tlsCfg *tls.Config
@@ -134,6 +139,7 @@ func (c *Config) RedisClient() (redis.UniversalClient, error) {
 			o.TLSConfig = tlsCfg
 		}
 		o.DisableIdentity = true
+		o.MaxRetries = -1 // never resend: see RedisClient
 		return redis.NewClient(o), nil
 	case r.SentinelMaster != "":
 		return redis.NewFailoverClient(&redis.FailoverOptions{
@@ -144,6 +150,7 @@ func (c *Config) RedisClient() (redis.UniversalClient, error) {
 			DB:              r.DB,
 			TLSConfig:       tlsCfg,
 			DisableIdentity: true,
+			MaxRetries:      -1, // never resend: see RedisClient
 		}), nil
 	case len(r.Addrs) > 0:
 		return redis.NewClusterClient(&redis.ClusterOptions{
@@ -152,6 +159,7 @@ func (c *Config) RedisClient() (redis.UniversalClient, error) {
 			Password:        r.Password,
 			TLSConfig:       tlsCfg,
 			DisableIdentity: true,
+			MaxRetries:      -1, // never resend: see RedisClient
 		}), nil
 	}
 	return nil, errors.New("config: redis is not configured (embedded mode: use the embedded server's address)")

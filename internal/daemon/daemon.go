@@ -136,6 +136,7 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 			return fail(perr)
 		}
 		opt.DisableIdentity = true
+		opt.MaxRetries = -1 // never resend a lost opening: see config.RedisClient
 		c.Redis = redis.NewClient(opt)
 	} else if c.Redis, err = cfg.RedisClient(); err != nil {
 		return fail(fmt.Errorf("redis: %w", err))
