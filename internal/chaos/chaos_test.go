@@ -1,0 +1,408 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coalesce-io/coalesce/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// scenario is one run of the suite: fresh servers and processes, a load, a
+// fault program running alongside it, then quiescence and the checks.
+type scenario struct {
+	name     string
+	desc     string
+	fail     string        // fail mode of every policy: open or closed
+	minimal  bool          // every window at its minimum (1s), max_wait 2s
+	rate     int           // events/s; 0: as fast as inflight allows
+	inflight int           // requests in flight
+	keys     int           // tenants per job type
+	jobSleep time.Duration // each job runs a random [0, jobSleep)
+	short    time.Duration // load duration of the short form
+	fault    func(ctx context.Context, e *env)
+}
+
+func scenarios() []scenario {
+	base := scenario{fail: "open", rate: 800, inflight: 24, keys: 200, jobSleep: 20 * time.Millisecond, short: 5 * time.Second}
+	with := func(s scenario, f func(*scenario)) scenario { f(&s); return s }
+	return []scenario{
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.short = "1-baseline", "no faults", 4*time.Second
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.short = "2-kill-reserve-publish", "300ms latency on p0's NATS path; SIGKILL p0 every 1-2s, restart after 0.2-0.6s; 64 in flight", 6*time.Second
+			s.inflight = 64
+			s.fault = faultKillReservePublish
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.short = "3-kill-producers", "SIGKILL a random producer every 0.5-1.5s, restart after 0.1-0.8s", 6*time.Second
+			s.fault = faultKillProducers
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.short = "4-kill-worker-mid-job", "jobs run 0-1s; SIGKILL a random worker every 1-2s, restart after 0.3-0.8s", 6*time.Second
+			s.jobSleep = time.Second
+			s.fault = faultKillWorkers
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.short = "5-nats-restart", "SIGKILL nats-server every 1.5-3s, start it again on its store after 0.2-0.8s", 6*time.Second
+			s.fault = faultRestartNATS
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc = "6a-redis-restart-open", "fail: open; SIGKILL redis-server every 1.5-2.5s, start it empty after 0.1-0.4s"
+			s.fault = faultRestartRedis
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.fail = "6b-redis-restart-closed", "fail: closed; as 6a", "closed"
+			s.fault = faultRestartRedis
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.short = "7a-redis-unreachable-open", "fail: open; every Redis path stalls 3s, then 1.5s healthy, then refuses and drops connections 3s", 8*time.Second
+			s.fault = faultRedisUnreachable
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.short, s.fail = "7b-redis-unreachable-closed", "fail: closed; as 7a", 8*time.Second, "closed"
+			s.fault = faultRedisUnreachable
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.short = "8-latency-drops", "10-50ms each way (RTT 20-100ms) on every Redis and NATS path; every 0.5-1.5s one path drops all its connections; 64 in flight, no rate limit", 6*time.Second
+			s.inflight, s.rate = 64, 0
+			s.fault = faultLatencyDrops
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc = "9-min-windows", "every window 1s (throttle 1s, max_wait 2s), 2,000 tenants per type, no rate limit, 32 in flight"
+			s.minimal, s.rate, s.inflight, s.keys = true, 0, 32, 2000
+		}),
+	}
+}
+
+func faultKillReservePublish(ctx context.Context, e *env) {
+	e.proxies["p0.nats"].SetLatency(300*time.Millisecond, 0, 0)
+	p := e.producers[0]
+	for sleepCtx(ctx, between(time.Second, 2*time.Second)) {
+		p.kill()
+		e.note("SIGKILL p0 (openings waiting on a 300ms publish)")
+		time.Sleep(between(200*time.Millisecond, 600*time.Millisecond))
+		if err := p.startRetry(e.t, 5); err != nil {
+			e.t.Errorf("restart p0: %v", err)
+		}
+	}
+}
+
+func faultKillProducers(ctx context.Context, e *env) {
+	for sleepCtx(ctx, between(500*time.Millisecond, 1500*time.Millisecond)) {
+		p := e.producers[rand.IntN(len(e.producers))]
+		p.kill()
+		e.note("SIGKILL %s", p.name)
+		time.Sleep(between(100*time.Millisecond, 800*time.Millisecond))
+		if err := p.startRetry(e.t, 5); err != nil {
+			e.t.Errorf("restart %s: %v", p.name, err)
+		}
+	}
+}
+
+func faultKillWorkers(ctx context.Context, e *env) {
+	for sleepCtx(ctx, between(time.Second, 2*time.Second)) {
+		p := e.workers[rand.IntN(len(e.workers))]
+		p.kill()
+		e.note("SIGKILL %s", p.name)
+		time.Sleep(between(300*time.Millisecond, 800*time.Millisecond))
+		if err := p.startRetry(e.t, 5); err != nil {
+			e.t.Errorf("restart %s: %v", p.name, err)
+		}
+	}
+}
+
+func faultRestartNATS(ctx context.Context, e *env) {
+	for sleepCtx(ctx, between(1500*time.Millisecond, 3*time.Second)) {
+		e.restartNATS(between(200*time.Millisecond, 800*time.Millisecond))
+	}
+}
+
+func faultRestartRedis(ctx context.Context, e *env) {
+	for sleepCtx(ctx, between(1500*time.Millisecond, 2500*time.Millisecond)) {
+		e.restartRedis(between(100*time.Millisecond, 400*time.Millisecond))
+	}
+}
+
+func faultRedisUnreachable(ctx context.Context, e *env) {
+	redis := e.proxiesOf("redis")
+	for sleepCtx(ctx, between(time.Second, 1500*time.Millisecond)) {
+		for _, p := range redis {
+			p.Stall(true)
+		}
+		e.note("Redis stalled (connections held, nothing forwarded)")
+		sleepCtx(ctx, 3*time.Second)
+		for _, p := range redis {
+			p.Stall(false)
+		}
+		e.note("Redis reachable")
+		if !sleepCtx(ctx, 1500*time.Millisecond) {
+			return
+		}
+		for _, p := range redis {
+			p.Refuse(true)
+			p.DropAll()
+		}
+		e.note("Redis unreachable (connections dropped and refused)")
+		sleepCtx(ctx, 3*time.Second)
+		for _, p := range redis {
+			p.Refuse(false)
+		}
+		e.note("Redis reachable")
+	}
+}
+
+func faultLatencyDrops(ctx context.Context, e *env) {
+	for _, p := range e.proxies {
+		p.SetLatency(10*time.Millisecond, 10*time.Millisecond, 40*time.Millisecond)
+	}
+	e.note("latency 10-50ms each way on every path")
+	names := make([]string, 0, len(e.proxies))
+	for n := range e.proxies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for sleepCtx(ctx, between(500*time.Millisecond, 1500*time.Millisecond)) {
+		n := names[rand.IntN(len(names))]
+		k := e.proxies[n].DropAll()
+		e.note("dropped %d connections of %s", k, n)
+	}
+}
+
+// row is one line of the report.
+type row struct {
+	sc        scenario
+	res       Result
+	wall      time.Duration
+	loadFor   time.Duration
+	quiesced  time.Duration
+	settled   bool
+	dead      uint64
+	faults    int
+	metrics   string
+	failed    bool
+	badLines  int
+	notesTail []string
+}
+
+func TestChaos(t *testing.T) {
+	long := os.Getenv("COALESCE_CHAOS_LONG") == "1"
+	if testing.Short() && !long {
+		t.Skip("chaos suite: skipped with -short")
+	}
+	target, limit := 0, 40*time.Second
+	if long {
+		target, limit = 100_000, 3*time.Minute
+	}
+	suiteStart := time.Now()
+	bins := buildBinaries(t)
+	var rows []row
+	for _, sc := range scenarios() {
+		var rw row
+		ran := false
+		ok := t.Run(sc.name, func(t *testing.T) {
+			ran = true
+			rw = runScenario(t, bins, sc, long, target, limit)
+		})
+		if ran {
+			rw.sc, rw.failed = sc, !ok
+			rows = append(rows, rw)
+		}
+	}
+	mode := "SHORT"
+	if long {
+		mode = "LONG"
+	}
+	report := renderReport(rows, mode, time.Since(suiteStart))
+	fmt.Println(report)
+	if path := os.Getenv("COALESCE_CHAOS_REPORT"); path != "" {
+		if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
+			t.Errorf("write report: %v", err)
+		}
+	}
+}
+
+func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int, limit time.Duration) row {
+	start := time.Now()
+	e := newEnv(t, bins, sc)
+	l := newLoad(e, sc, strings.SplitN(sc.name, "-", 2)[0])
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { l.run(ctx) })
+	if sc.fault != nil {
+		wg.Go(func() { sc.fault(ctx, e) })
+	}
+	loadStart := time.Now()
+	minFor := sc.short
+	if long {
+		minFor = time.Minute
+	}
+	for {
+		time.Sleep(100 * time.Millisecond)
+		if time.Since(loadStart) >= minFor && l.accepted.Load() >= int64(target) {
+			break
+		}
+		if time.Since(loadStart) > 40*time.Minute {
+			t.Errorf("load stopped after 40 minutes with %d accepted", l.accepted.Load())
+			break
+		}
+	}
+	stop()
+	wg.Wait()
+	loadFor := time.Since(loadStart)
+	e.heal()
+	events := l.records()
+	waited, settled, dead := e.quiesce(events, limit)
+	for _, p := range append(append([]*proc(nil), e.producers...), e.workers...) {
+		p.stop()
+	}
+	e.readJobs()
+	throttleWindow := 2 * time.Second
+	if sc.minimal {
+		throttleWindow = time.Second
+	}
+	res := Check(Input{Events: events, Starts: e.starts, RedisLoss: e.redisLoss,
+		Throttle: map[string]time.Duration{"throttle": throttleWindow}})
+	if err := writeEvents(filepath.Join(e.dir, "events.jsonl"), events); err != nil {
+		t.Logf("write events: %v", err)
+	}
+	if err := writeMeta(filepath.Join(e.dir, "meta.json"), meta{Scenario: sc.name, RedisLoss: e.redisLoss,
+		Throttle: throttleWindow, Faults: e.faults}); err != nil {
+		t.Logf("write meta: %v", err)
+	}
+	rw := row{sc: sc, res: res, wall: time.Since(start), loadFor: loadFor, quiesced: waited, settled: settled,
+		dead: dead, faults: len(e.faults), badLines: e.badLines}
+	rw.metrics = metricsSummary(e)
+	t.Logf("%s: %d sent, %d accepted in %v; %d job starts; %d fault actions; quiescence after %v (settled %v); logs in %s",
+		sc.name, res.Sent, res.Accepted, loadFor.Round(time.Millisecond), res.JobsStarted, len(e.faults), waited.Round(time.Millisecond), settled, e.dir)
+	t.Logf("errors (not accepted): %v; releases: %v; daemon metrics: %s", res.Errors, res.Releases, rw.metrics)
+	for _, d := range res.LostDetail {
+		t.Logf("LOST: %s", d)
+	}
+	for _, d := range res.DupDetail {
+		t.Logf("DUP: %s", d)
+	}
+	for _, d := range res.FenceDtl {
+		t.Logf("FENCING: %s", d)
+	}
+	for _, d := range res.CollisionDetail {
+		t.Logf("TOKEN COLLISION: %s", d)
+	}
+	if n := len(e.faults); n > 0 {
+		show := e.faults
+		if len(show) > 6 {
+			show = append(show[:3:3], show[n-3:]...)
+		}
+		t.Logf("fault actions (%d): %s", n, strings.Join(show, "; "))
+	}
+	if res.Accepted == 0 {
+		t.Errorf("no event was accepted")
+	}
+	if res.Lost > 0 {
+		t.Errorf("I1: %d accepted events not covered by a job start", res.Lost)
+	}
+	if res.Fencing > 0 {
+		t.Errorf("I3: %d fencing violations", res.Fencing)
+	}
+	if n := res.DupCauses[CauseUnexplain] + res.DupCauses["throttle window: "+CauseUnexplain]; n > 0 {
+		t.Errorf("I2: %d concurrent duplicate rounds with no explanation", n)
+	}
+	if e.badLines > 0 {
+		t.Errorf("%d unreadable job log lines", e.badLines)
+	}
+	if !settled {
+		t.Errorf("no quiescence within %v", limit)
+	}
+	return rw
+}
+
+// metricsSummary sums what the daemons counted, over every incarnation
+// scraped before it was killed or stopped.
+func metricsSummary(e *env) string {
+	var storeErr, bypassed, reaped, pubErr, missing, stale, deadJobs, relFailed float64
+	blind, incarnations := 0, 0
+	for _, p := range e.producers {
+		storeErr += p.metric("coalesce_store_errors_total")
+		bypassed += p.metric("coalesce_events_total", `outcome="bypassed"`)
+		reaped += p.metric("coalesce_reaper_actions_total", `action="released"`)
+		pubErr += p.metric("coalesce_publish_errors_total")
+		blind += p.blind
+		incarnations += p.n
+	}
+	for _, p := range e.workers {
+		missing += p.metric("coalesce_releases_total", `result="missing"`)
+		stale += p.metric("coalesce_releases_total", `result="stale_token"`)
+		deadJobs += p.metric("coalesce_jobs_total", `result="dead"`)
+		relFailed += p.metric("coalesce_jobs_total", `result="release_failed"`)
+		blind += p.blind
+		incarnations += p.n
+	}
+	return fmt.Sprintf("store_errors=%.0f bypassed=%.0f reaped=%.0f publish_errors=%.0f; releases missing=%.0f stale_token=%.0f; jobs dead=%.0f release_failed=%.0f; unscraped incarnations %d/%d",
+		storeErr, bypassed, reaped, pubErr, missing, stale, deadJobs, relFailed, blind, incarnations)
+}
+
+func causes(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return m[b] - m[a] })
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+func renderReport(rows []row, mode string, wall time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nCHAOS SUITE (%s form), %s, wall %v\n\n", mode, time.Now().Format(time.RFC3339), wall.Round(time.Second))
+	b.WriteString("| scenario | events sent | accepted | not accepted | rounds | jobs started | lost (I1) | concurrent duplicate rounds (I2) | fencing (I3) | dead letters | lateness p50/p99/max | load / quiesce / wall | daemon metrics |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|---|\n")
+	for _, r := range rows {
+		name := r.sc.name
+		if r.failed {
+			name += " **FAILED**"
+		}
+		notAcc := 0
+		for _, n := range r.res.Errors {
+			notAcc += n
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d%s | %d | %d | %v / %v / %v | %v / %v / %v | %s |\n",
+			name, r.res.Sent, r.res.Accepted, notAcc, r.res.Rounds, r.res.JobsStarted, r.res.Lost,
+			r.res.Dups, causes(r.res.DupCauses), r.res.Fencing, r.dead,
+			r.res.LateP50.Round(time.Millisecond), r.res.LateP99.Round(time.Millisecond), r.res.LateMax.Round(time.Millisecond),
+			r.loadFor.Round(time.Second), r.quiesced.Round(100*time.Millisecond), r.wall.Round(time.Second), r.metrics)
+	}
+	b.WriteString("\nPer scenario (not accepted by HTTP status, 0 = transport error such as a killed producer):\n")
+	for _, r := range rows {
+		keys := make([]string, 0, len(r.res.Errors))
+		for k := range r.res.Errors {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := []string{}
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s: %d", k, r.res.Errors[k]))
+		}
+		fmt.Fprintf(&b, "- %s: not accepted {%s}; job starts by release %v; rounds run with no accepted event %d; repeat starts %d; I2 overlaps disproved by an intact release %d (largest release-to-log gap %v); round tokens shared by two keys %d (lost events in them %d); throttle windows overlapping nominally %d (by up to %v; %d over before their SET ran); %d fault actions\n",
+			r.sc.name, strings.Join(parts, ", "), r.res.Releases, r.res.UnacceptedRan, r.res.RepeatStarts,
+			r.res.Artifacts, r.res.ArtifactMax.Round(time.Millisecond), r.res.TokenCollisions, r.res.LostToCollisions, r.res.StaleWindows, r.res.StaleMax, r.res.BornExpired, r.faults)
+	}
+	return b.String()
+}

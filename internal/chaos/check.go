@@ -1,0 +1,437 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Interval is a span of wall-clock time, unix ns.
+type Interval struct{ From, To int64 }
+
+// Input is what the checks read: the load generator's log, the workers'
+// job-start logs, and when Redis lost its data.
+type Input struct {
+	Events []EventRecord
+	Starts []JobStart
+	// RedisLoss: each Redis restart (killed at From, answering again at To);
+	// every reservation was lost.
+	RedisLoss []Interval
+	// Throttle: the window of each throttle policy, by job type.
+	Throttle map[string]time.Duration
+}
+
+// Causes of a concurrent duplicate round (I2).
+const (
+	CauseBypass    = "fail-open bypass"
+	CauseRedisLoss = "redis data loss"
+	CauseLost      = "reservation lost (A's job found missing/stale_token)"
+	CauseNeverRan  = "A never started"
+	CauseUnexplain = "UNEXPLAINED"
+	// CauseStaleClock: a throttle window whose request took longer than a
+	// window: its end was computed from the producer's clock before the
+	// delay, so it may have been over before its SET ran.
+	CauseStaleClock = "window over before it began (request slower than a window)"
+	// CauseArtifact is not a duplicate round: see dupCause. Counted apart.
+	CauseArtifact = "artifact"
+)
+
+// Result is what the checks found in one scenario.
+type Result struct {
+	Sent, Accepted, Throttled, Bypassed int
+	Errors                              map[string]int // not accepted, by status or error kind
+	Rounds                              int            // distinct rounds accepted events went into (bypassed: one each)
+	JobsStarted                         int            // handler starts, every delivery
+	RoundsStarted                       int            // distinct rounds (tokens) started
+	RepeatStarts                        int            // starts beyond a round's first
+	UnacceptedRan                       int            // rounds whose job ran but no accepted event names them
+	Releases                            map[string]int // job starts by release result
+
+	Lost       int
+	LostDetail []string
+
+	Dups      int
+	DupCauses map[string]int
+	// Artifacts: overlaps measured with a round whose job then found its
+	// own reservation intact, which proves they did not overlap; the
+	// largest gap between such a release and its log line.
+	Artifacts      int
+	ArtifactMax    time.Duration
+	ArtifactDetail []string
+	DupDetail      []string
+	Fencing        int
+	FenceDtl       []string
+	LateP50        time.Duration // schedule lateness: first start of a round - its due time
+	LateP99        time.Duration
+	LateMax        time.Duration
+	AccumFired     int // accumulate jobs that started with >= 50 items
+	// TokenCollisions: round tokens carried by rounds of two or more keys.
+	TokenCollisions  int
+	LostToCollisions int // lost events whose round's token another key's round also had
+	// StaleWindows: pairs of throttle windows of a key whose nominal
+	// intervals (from the producers' clocks) overlap, by up to StaleMax;
+	// BornExpired of them were certainly over before their SET ran.
+	StaleWindows    int
+	StaleMax        time.Duration
+	BornExpired     int
+	CollisionDetail []string
+}
+
+func roundID(typ, key, token string) string { return typ + "/" + key + "/" + token }
+
+const maxDetail = 12
+
+func addDetail(list *[]string, s string) {
+	if len(*list) < maxDetail {
+		*list = append(*list, s)
+	}
+}
+
+type round struct {
+	id       string // token, or "bypass:"+eid
+	typ, key string
+	lo       int64 // lower bound of the opening: the first request carrying it was sent
+	hi       int64 // upper bound of the opening: the first answer carrying it (or its start)
+	end      int64 // first job start (math.MaxInt64: never)
+	first    string
+	bypass   bool
+}
+
+type window struct {
+	key        string
+	token      string
+	exp        int64 // unix ms
+	start      int64 // unix ms, as the producer computed it
+	sent, done int64 // the leading event's request, unix ns
+}
+
+func ms(ns int64) string {
+	if ns == math.MaxInt64 {
+		return "never"
+	}
+	return time.Unix(0, ns).Format("15:04:05.000")
+}
+
+// Check computes I1, I2 and I3 from the logs.
+func Check(in Input) Result {
+	r := Result{Errors: map[string]int{}, DupCauses: map[string]int{}, Releases: map[string]int{}}
+
+	// Job starts, by round and (bypassed) by event id. A round is named by
+	// its job type, key and token: tokens are not unique across keys.
+	byRound := map[string][]JobStart{}
+	byEID := map[string][]JobStart{}
+	tokenKeys := map[string]map[string]bool{} // token -> type/key using it
+	useToken := func(tok, typeKey string) {
+		if tokenKeys[tok] == nil {
+			tokenKeys[tok] = map[string]bool{}
+		}
+		tokenKeys[tok][typeKey] = true
+	}
+	for _, s := range in.Starts {
+		r.JobsStarted++
+		r.Releases[s.Release]++
+		if s.Round == "" {
+			byEID[s.EID] = append(byEID[s.EID], s)
+			continue
+		}
+		byRound[roundID(s.Type, s.Key, s.Round)] = append(byRound[roundID(s.Type, s.Key, s.Round)], s)
+		useToken(s.Round, s.Type+"/"+s.Key)
+	}
+	for _, ss := range byRound {
+		slices.SortFunc(ss, func(a, b JobStart) int { return cmp.Compare(a.At, b.At) })
+		r.RoundsStarted++
+		r.RepeatStarts += len(ss) - 1
+		if ss[0].Items >= 50 {
+			r.AccumFired++
+		}
+	}
+	for _, ss := range byEID {
+		slices.SortFunc(ss, func(a, b JobStart) int { return cmp.Compare(a.At, b.At) })
+		r.RepeatStarts += len(ss) - 1
+	}
+
+	// I1 and the rounds of I2.
+	rounds := map[string]*round{}
+	var bypassRounds []*round
+	var windows []window
+	perToken := map[string]int{}   // by round id
+	lostRounds := map[string]int{} // lost events by round id
+	for i := range in.Events {
+		e := &in.Events[i]
+		r.Sent++
+		if !e.Accepted() {
+			k := strconv.Itoa(e.Status)
+			if e.Status == 0 {
+				k = "transport"
+			}
+			r.Errors[k]++
+			continue
+		}
+		r.Accepted++
+		switch e.Outcome {
+		case "throttled":
+			r.Throttled++
+			continue
+		case "bypassed":
+			r.Bypassed++
+			r.Rounds++
+			br := &round{id: "bypass:" + e.EID, typ: e.Type, key: e.Key, lo: e.Sent, hi: e.Done, end: math.MaxInt64, bypass: true}
+			covered := false
+			for _, s := range byEID[e.EID] {
+				if s.At > e.Sent {
+					covered = true
+					br.end, br.first = s.At, s.Release
+					break
+				}
+			}
+			br.hi = min(br.hi, br.end-1)
+			bypassRounds = append(bypassRounds, br)
+			if !covered {
+				r.Lost++
+				addDetail(&r.LostDetail, fmt.Sprintf("%s %s key %.12s bypassed (eid %s, sent %s): no job start without a token carrying it", e.Type, e.EID, e.Key, e.EID, ms(e.Sent)))
+			}
+			continue
+		}
+		if e.Round == "" {
+			r.Lost++
+			addDetail(&r.LostDetail, fmt.Sprintf("%s %s: outcome %s with no round token", e.Type, e.EID, e.Outcome))
+			continue
+		}
+		rid := roundID(e.Type, e.Key, e.Round)
+		perToken[rid]++
+		useToken(e.Round, e.Type+"/"+e.Key)
+		// I1: a start of this round after the event was sent.
+		ss := byRound[rid]
+		covered := false
+		for _, s := range ss {
+			if s.At > e.Sent {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			r.Lost++
+			why := "no job start of that round at all"
+			if len(ss) > 0 {
+				why = fmt.Sprintf("its %d start(s) all before the event was sent (first %s, %s)", len(ss), ms(ss[0].At), ss[0].Release)
+			}
+			lostRounds[rid]++
+			addDetail(&r.LostDetail, fmt.Sprintf("%s %s key %.12s outcome %s round %s (sent %s, answered %s, due %s): %s",
+				e.Type, e.EID, e.Key, e.Outcome, e.Round, ms(e.Sent), ms(e.Done), msTime(e.DueAt), why))
+		}
+		// I2: throttle leading windows apart; every other token is a round.
+		if w, ok := in.Throttle[e.Type]; ok && e.Outcome == "published" {
+			tok, _ := strconv.ParseUint(e.Round, 16, 64)
+			exp := int64(tok >> 14)
+			windows = append(windows, window{key: e.Type + "/" + e.Key, token: e.Round, exp: exp, start: exp - w.Milliseconds(), sent: e.Sent, done: e.Done})
+			continue
+		}
+		rd := rounds[rid]
+		if rd == nil {
+			rd = &round{id: e.Round, typ: e.Type, key: e.Key, lo: e.Sent, hi: e.Done, end: math.MaxInt64}
+			if len(ss) > 0 {
+				rd.end, rd.first = ss[0].At, ss[0].Release
+			}
+			rounds[rid] = rd
+		}
+		rd.lo = min(rd.lo, e.Sent)
+		rd.hi = min(rd.hi, e.Done, rd.end-1)
+	}
+	r.Rounds += len(rounds)
+	windowTokens := map[string]bool{}
+	for _, w := range windows {
+		windowTokens[w.key+"/"+w.token] = true
+	}
+	r.Rounds += len(windowTokens)
+	for rid, ss := range byRound {
+		if rounds[rid] == nil && !windowTokens[rid] {
+			if _, isThrottle := in.Throttle[ss[0].Type]; isThrottle && ss[0].DueAt == 0 {
+				continue // a leading job whose decision we never saw
+			}
+			r.UnacceptedRan++
+		}
+	}
+
+	// I3: a job that released its round saw at least the accepted events
+	// that name its token.
+	for rid, ss := range byRound {
+		for _, s := range ss {
+			if s.Release != "released" {
+				continue
+			}
+			if n := perToken[rid]; s.Events < n {
+				r.Fencing++
+				addDetail(&r.FenceDtl, fmt.Sprintf("%s round %s key %.12s: released with %d events, %d accepted decisions carry it", s.Type, s.Round, s.Key, s.Events, n))
+			}
+		}
+	}
+
+	// I2: rounds of one key that were both open at once. Round X opened at
+	// some time before X.hi and was released before X.end; X and Y surely
+	// overlapped when max(X.hi, Y.hi) < min(X.end, Y.end).
+	byKey := map[string][]*round{}
+	for _, rd := range rounds {
+		byKey[rd.typ+"/"+rd.key] = append(byKey[rd.typ+"/"+rd.key], rd)
+	}
+	for _, rd := range bypassRounds {
+		byKey[rd.typ+"/"+rd.key] = append(byKey[rd.typ+"/"+rd.key], rd)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		rs := byKey[k]
+		slices.SortFunc(rs, func(a, b *round) int { return cmp.Or(cmp.Compare(a.hi, b.hi), strings.Compare(a.id, b.id)) })
+		for j, b := range rs {
+			var a *round
+			cause, artifact := "", time.Duration(0)
+			for i := j - 1; i >= 0; i-- {
+				c := rs[i]
+				if max(c.hi, b.hi) >= min(c.end, b.end) {
+					continue
+				}
+				if cc := dupCause(c, b, in.RedisLoss); cc != CauseArtifact {
+					a, cause = c, cc
+					break
+				}
+				if gap := time.Duration(c.end - b.hi); gap > artifact {
+					artifact = gap
+					if gap > time.Second {
+						addDetail(&r.ArtifactDetail, fmt.Sprintf("%s: round %s (opened by %s, first start %s %s) and round %s (opened by %s, first start %s %s): gap %v",
+							k, c.id, ms(c.hi), ms(c.end), c.first, b.id, ms(b.hi), ms(b.end), b.first, gap))
+					}
+				}
+			}
+			if a == nil {
+				if artifact > 0 {
+					r.Artifacts++
+					r.ArtifactMax = max(r.ArtifactMax, artifact)
+				}
+				continue
+			}
+			r.Dups++
+			r.DupCauses[cause]++
+			if cause == CauseUnexplain || len(r.DupDetail) < 4 {
+				addDetail(&r.DupDetail, fmt.Sprintf("%s: round %s (opened by %s, first start %s %s) and round %s (opened by %s, first start %s %s): %s",
+					k, a.id, ms(a.hi), ms(a.end), a.first, b.id, ms(b.hi), ms(b.end), b.first, cause))
+			}
+		}
+	}
+	// Throttle: one leading job per window. Windows of a key never coexist
+	// in Redis (SET NX), but a window's end is computed on the producer
+	// before its request reaches Redis, so a delayed request opens a
+	// shorter window, or one already over (SET with a past PXAT succeeds
+	// and leaves no key). A pair of leading jobs is a duplicate when they
+	// were certainly published less than a window apart: the later one was
+	// answered less than a window after the earlier one was sent. Nominal
+	// overlaps short of that are counted apart (StaleWindows).
+	slices.SortFunc(windows, func(a, b window) int {
+		return cmp.Or(strings.Compare(a.key, b.key), cmp.Compare(a.sent, b.sent), strings.Compare(a.token, b.token))
+	})
+	for i := 1; i < len(windows); i++ {
+		p, w := windows[i-1], windows[i]
+		if p.key != w.key || p.token == w.token {
+			continue
+		}
+		wlen := (p.exp - p.start) * 1e6
+		if w.start < p.exp || p.start < w.exp && w.exp <= p.exp {
+			r.StaleWindows++
+			r.StaleMax = max(r.StaleMax, time.Duration(min(p.exp, w.exp)-max(p.start, w.start))*time.Millisecond)
+			if w.exp <= p.exp {
+				r.BornExpired++
+			}
+		}
+		if w.done-p.sent >= wlen {
+			continue
+		}
+		r.Dups++
+		cause := CauseUnexplain
+		for _, l := range in.RedisLoss {
+			if p.sent < l.To && l.From < w.done {
+				cause = CauseRedisLoss
+			}
+		}
+		if cause == CauseUnexplain && (p.done-p.sent >= wlen || w.done-w.sent >= wlen) {
+			cause = CauseStaleClock
+		}
+		cause = "throttle window: " + cause
+		r.DupCauses[cause]++
+		addDetail(&r.DupDetail, fmt.Sprintf("%s: leading jobs of throttle windows %s [%s, %s] (request %s-%s) and %s [%s, %s] (request %s-%s) less than a window apart: %s",
+			w.key, p.token, msTime(p.start), msTime(p.exp), ms(p.sent), ms(p.done), w.token, msTime(w.start), msTime(w.exp), ms(w.sent), ms(w.done), cause))
+	}
+
+	// Tokens shared by rounds of different keys, and the lost rounds among them.
+	for tok, keys := range tokenKeys {
+		if len(keys) < 2 {
+			continue
+		}
+		r.TokenCollisions++
+		names := make([]string, 0, len(keys))
+		lost := 0
+		for k := range keys {
+			names = append(names, fmt.Sprintf("%.22s", k))
+			if n := lostRounds[k+"/"+tok]; n > 0 {
+				lost++
+				r.LostToCollisions += n
+			}
+		}
+		sort.Strings(names)
+		addDetail(&r.CollisionDetail, fmt.Sprintf("token %s used by %d rounds (%s), %d of them lost", tok, len(keys), strings.Join(names, ", "), lost))
+	}
+
+	// Schedule lateness: the first start of each scheduled round.
+	var late []time.Duration
+	for _, ss := range byRound {
+		if s := ss[0]; s.DueAt > 0 {
+			late = append(late, time.Duration(s.At-s.DueAt*1e6))
+		}
+	}
+	if len(late) > 0 {
+		slices.Sort(late)
+		r.LateP50 = late[len(late)/2]
+		r.LateP99 = late[len(late)*99/100]
+		r.LateMax = late[len(late)-1]
+	}
+	return r
+}
+
+func msTime(unixMs int64) string {
+	if unixMs == 0 {
+		return "-"
+	}
+	return time.UnixMilli(unixMs).Format("15:04:05.000")
+}
+
+func dupCause(a, b *round, loss []Interval) string {
+	if a.bypass || b.bypass {
+		return CauseBypass
+	}
+	// A's job closed A with A's own token (released), or found it closed by
+	// an earlier delivery of the same job (retry): A's reservation held
+	// from A's opening to its release, so B, which opened on an empty key,
+	// opened after that release. The overlap measured is the gap between
+	// the release and the log line written as the handler starts.
+	if a.first == "released" || a.first == "retry" {
+		return CauseArtifact
+	}
+	for _, l := range loss {
+		// A opened before Redis came back, B after it went down.
+		if a.lo < l.To && l.From < b.hi {
+			return CauseRedisLoss
+		}
+	}
+	switch {
+	case a.first == "missing" || a.first == "stale_token":
+		return CauseLost
+	case a.end == math.MaxInt64:
+		return CauseNeverRan
+	}
+	return CauseUnexplain
+}

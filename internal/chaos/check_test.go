@@ -1,0 +1,91 @@
+package chaos
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The checks must be able to fail: each case below plants one violation in
+// otherwise clean logs.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	const sec = int64(time.Second)
+	t0 := int64(1_700_000_000) * sec
+	ev := func(seq int, typ, key, outcome, round string, sent int64) EventRecord {
+		return EventRecord{Seq: int64(seq), EID: fmt.Sprintf("e%d", seq), Type: typ, Key: key, Status: 200,
+			Outcome: outcome, Round: round, Sent: sent, Done: sent + int64(time.Millisecond), Events: 1}
+	}
+	start := func(typ, key, round, release string, at int64, events int) JobStart {
+		return JobStart{Type: typ, Key: key, Round: round, Release: release, At: at, Events: events, Attempt: 1}
+	}
+	// Clean: two rounds of one key, one after the other, and one bypass.
+	clean := func() Input {
+		return Input{
+			Events: []EventRecord{
+				ev(1, "fixed", "k1", "scheduled", "a1", t0),
+				ev(2, "fixed", "k1", "coalesced", "a1", t0+sec/10),
+				ev(3, "fixed", "k1", "scheduled", "a2", t0+2*sec),
+				{Seq: 4, EID: "e4", Type: "fixed", Key: "k2", Status: 200, Outcome: "bypassed", Sent: t0, Done: t0 + 1},
+				{Seq: 5, EID: "e5", Type: "fixed", Key: "k2", Status: 503, Sent: t0, Done: t0 + 1},
+			},
+			Starts: []JobStart{
+				start("fixed", "k1", "a1", "released", t0+sec+sec/10, 2),
+				start("fixed", "k1", "a2", "released", t0+3*sec, 1),
+				{Type: "fixed", Key: "k2", Release: "skipped", At: t0 + sec, EID: "e4"},
+			},
+		}
+	}
+	cases := []struct {
+		name                      string
+		mutate                    func(in *Input)
+		lost, dups, fence, unexpl int
+	}{
+		{"clean", func(*Input) {}, 0, 0, 0, 0},
+		{"round never started", func(in *Input) { in.Starts = in.Starts[1:] }, 2, 1, 0, 0},
+		{"start before the event", func(in *Input) { in.Starts[0].At = t0 + sec/20 }, 1, 0, 0, 0},
+		{"bypass not run", func(in *Input) { in.Starts = in.Starts[:2] }, 1, 0, 0, 0},
+		{"same token on another key does not cover", func(in *Input) { in.Starts[1].Key = "k9" }, 1, 0, 0, 0},
+		{"released with fewer events", func(in *Input) { in.Starts[0].Events = 1 }, 0, 0, 1, 0},
+		{"second round while the first is pending, first found missing", func(in *Input) {
+			in.Starts[0].At, in.Starts[0].Release = t0+4*sec, "missing"
+		}, 0, 1, 0, 0},
+		{"second round while the first is pending, first released intact: not a duplicate", func(in *Input) {
+			in.Starts[0].At = t0 + 4*sec
+		}, 0, 0, 0, 0},
+		{"second round while the first is pending, first skipped: unexplained", func(in *Input) {
+			in.Starts[0].At, in.Starts[0].Release = t0+4*sec, "skipped"
+		}, 0, 1, 0, 1},
+		{"second round after a redis restart", func(in *Input) {
+			in.Starts[0].At, in.Starts[0].Release = t0+4*sec, "stale_token"
+			in.RedisLoss = []Interval{{From: t0 + sec, To: t0 + sec + sec/10}}
+		}, 0, 1, 0, 0},
+		{"throttle windows overlapping", func(in *Input) {
+			in.Throttle = map[string]time.Duration{"throttle": 2 * time.Second}
+			w1 := uint64(t0/1e6+2000)<<14 | 5
+			w2 := uint64(t0/1e6+2500)<<14 | 7
+			in.Events = append(in.Events,
+				ev(10, "throttle", "k3", "published", fmt.Sprintf("%016x", w1), t0),
+				ev(11, "throttle", "k3", "published", fmt.Sprintf("%016x", w2), t0+sec/2))
+			in.Starts = append(in.Starts,
+				start("throttle", "k3", fmt.Sprintf("%016x", w1), "skipped", t0+sec/100, 1),
+				start("throttle", "k3", fmt.Sprintf("%016x", w2), "skipped", t0+sec/2+sec/100, 1))
+		}, 0, 1, 0, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			in := clean()
+			c.mutate(&in)
+			r := Check(in)
+			unexpl := r.DupCauses[CauseUnexplain] + r.DupCauses["throttle window: "+CauseUnexplain]
+			if r.Lost != c.lost || r.Dups != c.dups || r.Fencing != c.fence || unexpl != c.unexpl {
+				t.Errorf("lost %d dups %d (%v) fencing %d unexplained %d; want %d %d %d %d\n%v\n%v\n%v",
+					r.Lost, r.Dups, r.DupCauses, r.Fencing, unexpl, c.lost, c.dups, c.fence, c.unexpl, r.LostDetail, r.DupDetail, r.FenceDtl)
+			}
+			if r.Accepted != len(in.Events)-1 {
+				t.Errorf("accepted %d, want %d", r.Accepted, len(in.Events)-1)
+			}
+		})
+	}
+}

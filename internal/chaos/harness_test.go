@@ -1,0 +1,816 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/coalesce-io/coalesce/internal/testenv"
+)
+
+// Job types of the mixed workload, one policy each.
+var jobTypes = []string{"fixed", "extend", "accum", "dedup", "throttle"}
+
+// policyYAML is the configuration every process of a scenario reads.
+func policyYAML(fail string, minimal bool) string {
+	maxWait, throttle := "4s", "2s"
+	if minimal {
+		maxWait, throttle = "2s", "1s"
+	}
+	return fmt.Sprintf(`worker:
+  concurrency: 64
+  ack_wait: 2s
+policies:
+  fixed:
+    mode: debounce
+    window: 1s
+    key_fields: [tenant]
+    fail: %[1]s
+  extend:
+    mode: debounce
+    window: 1s
+    extend: true
+    max_wait: %[2]s
+    payload: last
+    key_fields: [tenant]
+    fail: %[1]s
+  accum:
+    mode: debounce
+    window: 1s
+    payload: accumulate
+    item_field: id
+    max_items: 50
+    key_fields: [tenant]
+    fail: %[1]s
+  dedup:
+    mode: dedup
+    until: start
+    key_fields: [tenant]
+    fail: %[1]s
+  throttle:
+    mode: throttle
+    window: %[3]s
+    trailing: true
+    key_fields: [tenant]
+    fail: %[1]s
+`, fail, maxWait, throttle)
+}
+
+// binaries are built once per test binary.
+type binaries struct{ coalesce, worker, root string }
+
+func buildBinaries(t *testing.T) binaries {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	dir := t.TempDir()
+	b := binaries{coalesce: filepath.Join(dir, "coalesce"), worker: filepath.Join(dir, "chaosworker"), root: root}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, target := range [][2]string{{b.coalesce, "./cmd/coalesce"}, {b.worker, "./internal/chaos/chaosworker"}} {
+		wg.Go(func() {
+			cmd := exec.Command("go", "build", "-o", target[0], target[1])
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("go build %s: %v: %s", target[1], err, out)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// proc is one producer or worker slot; each (re)start is an incarnation.
+type proc struct {
+	name    string
+	bin     string
+	args    []string // without the per-incarnation ones
+	dir     string
+	addr    string // HTTP (producer) or metrics (worker) address, kept across restarts
+	worker  bool
+	outArgs func(n int) []string // per-incarnation args (worker: its job log)
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	n      int                  // incarnations started
+	last   map[string]float64   // latest metrics scrape of the running incarnation
+	closed []map[string]float64 // final scrape of each ended incarnation
+	blind  int                  // incarnations ended with no scrape at all
+}
+
+func (p *proc) start(t *testing.T) error {
+	p.mu.Lock()
+	if p.cmd != nil {
+		select {
+		case <-p.done:
+			p.endLocked() // exited on its own
+		default:
+			p.mu.Unlock()
+			return nil // running
+		}
+	}
+	p.n++
+	n := p.n
+	args := append(append([]string(nil), p.args...), p.outArgs(n)...)
+	logf, err := os.Create(filepath.Join(p.dir, fmt.Sprintf("%s-%d.log", p.name, n)))
+	if err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	cmd := exec.Command(p.bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		p.mu.Unlock()
+		logf.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	p.cmd, p.done, p.last = cmd, done, nil
+	p.mu.Unlock()
+
+	// Ready when it answers HTTP.
+	url := "http://" + p.addr + "/healthz"
+	if p.worker {
+		url = "http://" + p.addr + "/metrics"
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(p.dir, fmt.Sprintf("%s-%d.log", p.name, n)))
+			return fmt.Errorf("%s exited at start: %s", p.name, tail(string(log), 10))
+		default:
+		}
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after 20s: %v", p.name, err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (p *proc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// startRetry starts the process, trying again when it exits at start (a
+// server it needs may be down for a moment).
+func (p *proc) startRetry(t *testing.T, attempts int) error {
+	var err error
+	for range attempts {
+		if err = p.start(t); err == nil {
+			return nil
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	return err
+}
+
+// scrape reads the incarnation's /metrics (best effort).
+func (p *proc) scrape() bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	m := parseMetrics(resp.Body)
+	p.mu.Lock()
+	p.last = m
+	p.mu.Unlock()
+	return true
+}
+
+// end closes the books of the running incarnation after it exited.
+func (p *proc) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.endLocked()
+}
+
+func (p *proc) endLocked() {
+	if p.cmd == nil {
+		return
+	}
+	if p.last == nil {
+		p.blind++
+	} else {
+		p.closed = append(p.closed, p.last)
+	}
+	p.last, p.cmd = nil, nil
+}
+
+// kill scrapes the metrics, then SIGKILLs the process.
+func (p *proc) kill() {
+	if !p.running() {
+		return
+	}
+	p.scrape()
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	_ = cmd.Process.Kill()
+	<-done
+	p.end()
+}
+
+// stop scrapes, then SIGTERMs the process (SIGKILL after 10s).
+func (p *proc) stop() {
+	if !p.running() {
+		p.end()
+		return
+	}
+	p.scrape()
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	p.end()
+}
+
+// metric sums the final scrapes of every incarnation: series whose name is
+// name and whose labels contain every one of labels.
+func (p *proc) metric(name string, labels ...string) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var sum float64
+	for _, m := range p.closed {
+		sum += sumMetric(m, name, labels...)
+	}
+	return sum
+}
+
+func parseMetrics(r io.Reader) map[string]float64 {
+	m := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "coalesce_") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m
+}
+
+func sumMetric(m map[string]float64, name string, labels ...string) float64 {
+	var sum float64
+	for series, v := range m {
+		n, rest, _ := strings.Cut(series, "{")
+		if n != name {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			if !strings.Contains(rest, l) {
+				ok = false
+			}
+		}
+		if ok {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// env is one scenario's world: servers, proxies, processes, logs.
+type env struct {
+	t         *testing.T
+	dir       string
+	redis     *testenv.RedisServer
+	nats      *testenv.NATSServer
+	proxies   map[string]*Proxy // "p0.redis", "w1.nats", ...
+	producers []*proc
+	workers   []*proc
+
+	mu        sync.Mutex
+	redisLoss []Interval
+	faults    []string // what the fault program did, for the log
+
+	jobOffsets map[string]int64
+	starts     []JobStart
+	badLines   int
+}
+
+func (e *env) note(format string, args ...any) {
+	e.mu.Lock()
+	e.faults = append(e.faults, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
+	e.mu.Unlock()
+}
+
+func (e *env) allProxies() []*Proxy {
+	out := make([]*Proxy, 0, len(e.proxies))
+	for _, p := range e.proxies {
+		out = append(out, p)
+	}
+	return out
+}
+
+func (e *env) proxiesOf(server string) []*Proxy {
+	var out []*Proxy
+	for name, p := range e.proxies {
+		if strings.HasSuffix(name, "."+server) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// newEnv starts fresh servers, the proxies, 2 producers and 2 workers.
+func newEnv(t *testing.T, bins binaries, sc scenario) *env {
+	t.Helper()
+	e := &env{t: t, dir: scenarioDir(t, sc.name), proxies: map[string]*Proxy{}, jobOffsets: map[string]int64{}}
+	e.redis = testenv.NewRedis(t)
+	e.nats = testenv.NATSProcess(t)
+	cfg := filepath.Join(e.dir, "coalesce.yaml")
+	if err := os.WriteFile(cfg, []byte(policyYAML(sc.fail, sc.minimal)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	natsAddr := strings.TrimPrefix(e.nats.URL, "nats://")
+	for _, who := range []string{"p0", "p1", "w0", "w1"} {
+		for server, target := range map[string]string{"redis": e.redis.Addr, "nats": natsAddr} {
+			p, err := NewProxy(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			e.proxies[who+"."+server] = p
+		}
+	}
+	for i := range 2 {
+		name := fmt.Sprintf("p%d", i)
+		p := &proc{name: name, bin: bins.coalesce, dir: e.dir, addr: freeAddr(t),
+			outArgs: func(int) []string { return nil }}
+		p.args = []string{"serve", "--config", cfg,
+			"--redis", "redis://" + e.proxies[name+".redis"].Addr() + "/0",
+			"--nats", "nats://" + e.proxies[name+".nats"].Addr(),
+			"--http", p.addr, "--reap-every", "5s"}
+		e.producers = append(e.producers, p)
+	}
+	for i := range 2 {
+		name := fmt.Sprintf("w%d", i)
+		p := &proc{name: name, bin: bins.worker, dir: e.dir, addr: freeAddr(t), worker: true}
+		p.args = []string{"--config", cfg,
+			"--redis", "redis://" + e.proxies[name+".redis"].Addr() + "/0",
+			"--nats", "nats://" + e.proxies[name+".nats"].Addr(),
+			"--type", strings.Join(jobTypes, ","), "--name", name, "--metrics", p.addr,
+			"--ack-wait", "2s", "--sleep-max", sc.jobSleep.String()}
+		p.outArgs = func(n int) []string {
+			return []string{"--out", filepath.Join(e.dir, fmt.Sprintf("jobs-%s-%d.jsonl", name, n))}
+		}
+		e.workers = append(e.workers, p)
+	}
+	all := append(append([]*proc(nil), e.producers...), e.workers...)
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, p := range all {
+		wg.Go(func() { errs[i] = p.start(t) })
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, p := range all {
+			p.stop()
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// scenarioDir keeps the logs under COALESCE_CHAOS_KEEP when set.
+func scenarioDir(t *testing.T, name string) string {
+	if keep := os.Getenv("COALESCE_CHAOS_KEEP"); keep != "" {
+		d := filepath.Join(keep, name)
+		_ = os.RemoveAll(d)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// restartRedis kills redis-server and starts an empty one on the same port.
+func (e *env) restartRedis(down time.Duration) {
+	from := time.Now().UnixNano()
+	e.redis.Stop()
+	time.Sleep(down)
+	if err := e.redis.Start(); err != nil {
+		e.t.Errorf("restart redis-server: %v", err)
+	}
+	e.mu.Lock()
+	e.redisLoss = append(e.redisLoss, Interval{From: from, To: time.Now().UnixNano()})
+	e.mu.Unlock()
+	e.note("redis-server restarted (data lost), down %v", down)
+}
+
+// restartNATS kills nats-server (SIGKILL) and starts it on the same store.
+func (e *env) restartNATS(down time.Duration) {
+	e.nats.Stop()
+	time.Sleep(down)
+	for attempt := 0; ; attempt++ {
+		err := e.nats.Start()
+		if err == nil {
+			break
+		}
+		if attempt == 5 {
+			e.t.Errorf("restart nats-server: %v", err)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	e.note("nats-server killed and restarted on its store, down %v", down)
+}
+
+// heal removes every proxy fault and restarts whatever is down.
+func (e *env) heal() {
+	for _, p := range e.proxies {
+		p.Heal()
+	}
+	for _, p := range append(append([]*proc(nil), e.producers...), e.workers...) {
+		if !p.running() {
+			if err := p.startRetry(e.t, 5); err != nil {
+				e.t.Errorf("heal: %v", err)
+			}
+		}
+	}
+}
+
+// readJobs reads what the workers logged since the last call.
+func (e *env) readJobs() {
+	files, _ := filepath.Glob(filepath.Join(e.dir, "jobs-*.jsonl"))
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		off := e.jobOffsets[f]
+		if _, err := fh.Seek(off, io.SeekStart); err != nil {
+			fh.Close()
+			continue
+		}
+		data, _ := io.ReadAll(fh)
+		fh.Close()
+		// Only whole lines; a line being written is read next time.
+		end := bytes.LastIndexByte(data, '\n')
+		if end < 0 {
+			continue
+		}
+		for line := range bytes.SplitSeq(data[:end], []byte{'\n'}) {
+			var s JobStart
+			if err := json.Unmarshal(line, &s); err != nil {
+				e.badLines++
+				continue
+			}
+			e.starts = append(e.starts, s)
+		}
+		e.jobOffsets[f] = off + int64(end) + 1
+	}
+}
+
+// streamState counts the stream's pending schedules, jobs and dead letters.
+func (e *env) streamState(ctx context.Context) (sched, jobs, dead uint64, err error) {
+	nc, err := nats.Connect(e.nats.URL, nats.Timeout(2*time.Second))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	s, err := js.Stream(ctx, "COALESCE")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("co.>"))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for subj, n := range info.State.Subjects {
+		switch {
+		case strings.HasPrefix(subj, "co.sched."):
+			sched += n
+		case strings.HasPrefix(subj, "co.jobs."):
+			jobs += n
+		case strings.HasPrefix(subj, "co.dead."):
+			dead += n
+		}
+	}
+	return sched, jobs, dead, nil
+}
+
+// quiesce waits until every accepted event is covered by a job start and
+// the stream holds no schedule and no job, or until the deadline.
+func (e *env) quiesce(events []EventRecord, limit time.Duration) (waited time.Duration, settled bool, dead uint64) {
+	start := time.Now()
+	need := map[string]int64{} // round (type/key/token) -> latest send of an event in it
+	needEID := map[string]int64{}
+	for i := range events {
+		ev := &events[i]
+		if !ev.Accepted() || ev.Outcome == "throttled" {
+			continue
+		}
+		if ev.Outcome == "bypassed" {
+			needEID[ev.EID] = ev.Sent
+			continue
+		}
+		rid := roundID(ev.Type, ev.Key, ev.Round)
+		need[rid] = max(need[rid], ev.Sent)
+	}
+	latest := map[string]int64{}
+	seen := 0
+	for {
+		e.readJobs()
+		for _, s := range e.starts[seen:] {
+			if s.Round == "" {
+				if t, ok := needEID[s.EID]; ok && s.At > t {
+					delete(needEID, s.EID)
+				}
+				continue
+			}
+			rid := roundID(s.Type, s.Key, s.Round)
+			latest[rid] = max(latest[rid], s.At)
+		}
+		seen = len(e.starts)
+		for r, sent := range need {
+			if latest[r] > sent {
+				delete(need, r)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		sched, jobs, d, err := e.streamState(ctx)
+		cancel()
+		dead = d
+		if len(need) == 0 && len(needEID) == 0 && err == nil && sched == 0 && jobs == 0 {
+			time.Sleep(500 * time.Millisecond) // let the last log lines land
+			e.readJobs()
+			return time.Since(start), true, dead
+		}
+		if time.Since(start) > limit {
+			e.t.Logf("quiescence not reached after %v: %d rounds and %d bypassed events uncovered, stream: %d schedules, %d jobs (err %v)",
+				limit, len(need), len(needEID), sched, jobs, err)
+			e.readJobs()
+			return time.Since(start), false, dead
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// load sends events over HTTP to the producers, alternating, with a fixed
+// number in flight and an optional rate, and logs each one.
+type load struct {
+	urls     []string
+	client   *http.Client
+	prefix   string // of event ids
+	keys     int    // tenants per job type
+	rate     int    // events/s, 0: as fast as the in-flight limit allows
+	inflight int
+
+	seq      atomic.Int64
+	accepted atomic.Int64
+	mu       sync.Mutex
+	recs     []EventRecord
+}
+
+func newLoad(e *env, sc scenario, prefix string) *load {
+	l := &load{prefix: prefix, keys: sc.keys, rate: sc.rate, inflight: sc.inflight}
+	for _, p := range e.producers {
+		l.urls = append(l.urls, "http://"+p.addr+"/v1/events")
+	}
+	l.client = &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			MaxIdleConnsPerHost: sc.inflight, DisableCompression: true,
+			DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		},
+	}
+	return l
+}
+
+// run sends until ctx ends.
+func (l *load) run(ctx context.Context) {
+	var tokens chan struct{}
+	if l.rate > 0 {
+		tokens = make(chan struct{}, l.inflight)
+		go func() {
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			per := float64(l.rate) / 100
+			acc := 0.0
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				for acc += per; acc >= 1; acc-- {
+					select {
+					case tokens <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	var wg sync.WaitGroup
+	for range l.inflight {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if tokens != nil {
+					select {
+					case <-ctx.Done():
+						return
+					case <-tokens:
+					}
+				}
+				rec := l.send()
+				l.mu.Lock()
+				l.recs = append(l.recs, rec)
+				l.mu.Unlock()
+				if rec.Status == 0 {
+					time.Sleep(20 * time.Millisecond) // producer down: do not spin
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// pick chooses a job type and a tenant: 30% of a type's events go to 4 hot
+// tenants (long rounds, accumulate filling up), the rest uniformly.
+func (l *load) pick() (string, string) {
+	typ := jobTypes[rand.IntN(len(jobTypes))]
+	n := rand.IntN(l.keys)
+	if rand.IntN(10) < 3 {
+		n = rand.IntN(4)
+	}
+	return typ, "t" + strconv.Itoa(n)
+}
+
+type decision struct {
+	Outcome string    `json:"outcome"`
+	Key     string    `json:"key"`
+	Round   string    `json:"round"`
+	DueAt   time.Time `json:"due_at"`
+	Events  int       `json:"events"`
+}
+
+func (l *load) send() EventRecord {
+	seq := l.seq.Add(1)
+	typ, tenant := l.pick()
+	rec := EventRecord{Seq: seq, EID: l.prefix + "-" + strconv.FormatInt(seq, 10), Type: typ, Tenant: tenant, Producer: int(seq % int64(len(l.urls)))}
+	body := fmt.Sprintf(`{"type":%q,"args":{"tenant":%q,"id":%d,"eid":%q}}`, typ, tenant, rand.IntN(1000), rec.EID)
+	rec.Sent = time.Now().UnixNano()
+	resp, err := l.client.Post(l.urls[rec.Producer], "application/json", strings.NewReader(body))
+	if err != nil {
+		rec.Done = time.Now().UnixNano()
+		rec.Err = err.Error()
+		return rec
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	rec.Done = time.Now().UnixNano()
+	rec.Status = resp.StatusCode
+	if err != nil {
+		rec.Status, rec.Err = 0, err.Error()
+		return rec
+	}
+	if rec.Status != 200 {
+		rec.Err = strings.TrimSpace(string(data))
+		if len(rec.Err) > 300 {
+			rec.Err = rec.Err[:300]
+		}
+		return rec
+	}
+	var d decision
+	if err := json.Unmarshal(data, &d); err != nil {
+		rec.Status, rec.Err = 0, "undecodable decision: "+err.Error()
+		return rec
+	}
+	rec.Outcome, rec.Key, rec.Round, rec.Events = d.Outcome, d.Key, d.Round, d.Events
+	if !d.DueAt.IsZero() {
+		rec.DueAt = d.DueAt.UnixMilli()
+	}
+	l.accepted.Add(1)
+	return rec
+}
+
+func (l *load) records() []EventRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.recs
+}
+
+func writeEvents(path string, recs []EventRecord) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	enc := json.NewEncoder(w)
+	for i := range recs {
+		if err := enc.Encode(&recs[i]); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return errors.Join(w.Flush(), f.Close())
+}
+
+// sleepCtx sleeps d or until ctx ends; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func between(lo, hi time.Duration) time.Duration {
+	return lo + rand.N(hi-lo+1)
+}
