@@ -35,10 +35,11 @@ type call struct {
 // batcher's senders start when calls wait and no sender is free, and stop
 // after a moment without work, so an idle Coalescer holds no goroutines.
 type batcher struct {
-	rdb    redis.UniversalClient
-	queue  chan *call
-	max    int32
-	active atomic.Int32
+	rdb      redis.UniversalClient
+	queue    chan *call
+	max      int32
+	active   atomic.Int32
+	inflight atomic.Int32 // calls under way, direct or queued
 }
 
 // senderIdle is how long a sender waits for work before it stops.
@@ -48,8 +49,14 @@ func newBatcher(rdb redis.UniversalClient, pipelines int) *batcher {
 	return &batcher{rdb: rdb, queue: make(chan *call, 4096), max: int32(pipelines)}
 }
 
-// eval runs script through the batch queue and returns its reply.
+// eval runs script through the batch queue and returns its reply. A call
+// with no other under way goes straight out on the caller's goroutine: a lone
+// caller pays nothing for batching.
 func (b *batcher) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	defer b.inflight.Add(-1)
+	if b.inflight.Add(1) == 1 {
+		return script.Run(ctx, b.rdb, keys, args...)
+	}
 	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{}, 1)}
 	select {
 	case b.queue <- c:
