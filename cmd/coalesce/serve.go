@@ -89,12 +89,20 @@ an in-process NATS JetStream (store in --data) and an in-process Redis, on
 to them as to real servers. For production give --redis and --nats (NATS 2.12
 or later; Redis 7 with maxmemory-policy noeviction), or redis/nats in the file.
 
-SIGTERM or Ctrl-C: stop taking events, finish the decisions under way, exit.
+SIGTERM or Ctrl-C: stop taking events, finish the decisions under way, exit.`
 
-Environment: ` + "COALESCE_REDIS_URL, COALESCE_NATS_URL, COALESCE_HTTP_TOKENS and more (see README)."
+// envHelp lists the environment overrides, for --help.
+func envHelp() string {
+	var b strings.Builder
+	b.WriteString("\n\nEnvironment (wins over the file; keep secrets here):")
+	for _, v := range config.EnvVars() {
+		fmt.Fprintf(&b, "\n  %-24s %s", v.Name, v.Description)
+	}
+	return b.String()
+}
 
 func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
-	fs := newFlags("serve", serveSynopsis, stderr)
+	fs := newFlags("serve", serveSynopsis+envHelp(), stderr)
 	var sf serverFlags
 	sf.register(fs)
 	httpAddr := fs.String("http", "", "HTTP listen address (default from the file, else 127.0.0.1:8080)")
