@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -42,8 +43,11 @@ func (c *Coalescer) NewReaper() *Reaper { return &Reaper{c: c, seen: map[string]
 
 // Pass scans the rounds once.
 func (r *Reaper) Pass(ctx context.Context) (ReapReport, error) {
-	var rep ReapReport
-	next := map[string]string{}
+	var (
+		mu   sync.Mutex // ForEachMaster scans the masters concurrently
+		rep  ReapReport
+		next = map[string]string{}
+	)
 	scan := func(ctx context.Context, client redis.Cmdable) error {
 		iter := client.Scan(ctx, 0, r.c.prefix+"{*", 1000).Iterator()
 		for iter.Next(ctx) {
@@ -51,7 +55,9 @@ func (r *Reaper) Pass(ctx context.Context) (ReapReport, error) {
 			if !isRoundKey(r.c.prefix, key) {
 				continue
 			}
+			mu.Lock()
 			rep.Scanned++
+			mu.Unlock()
 			state, unpublished, err := r.state(ctx, key)
 			if err != nil {
 				return err
@@ -65,11 +71,15 @@ func (r *Reaper) Pass(ctx context.Context) (ReapReport, error) {
 				if err != nil {
 					return err
 				}
+				mu.Lock()
 				rep.Released += n
+				mu.Unlock()
 				continue
 			}
+			mu.Lock()
 			next[key] = state
 			rep.Candidates++
+			mu.Unlock()
 		}
 		return iter.Err()
 	}
