@@ -127,11 +127,12 @@ func eventFrom(subject, jobType string, data []byte) (debounce.Event, error) {
 // withType adds "type" to an event object that lacks it.
 func withType(data []byte, jobType string) []byte {
 	t, _ := json.Marshal(jobType)
-	trim := strings.TrimSpace(string(data))
+	const ws = " \t\r\n" // JSON whitespace; other spaces stay and fail decoding
+	trim := strings.Trim(string(data), ws)
 	if !strings.HasPrefix(trim, "{") {
 		return data
 	}
-	rest := strings.TrimSpace(trim[1:])
+	rest := strings.TrimLeft(trim[1:], ws)
 	if strings.HasPrefix(rest, "}") {
 		return []byte(`{"type":` + string(t) + rest)
 	}
