@@ -58,6 +58,12 @@ type Release struct {
 	Summary Summary   // when released (and, from the job alone, when skipped)
 	DueAt   time.Time // not due: the new due time
 	Version int       // not due: publish the schedule again with this version
+	// Starts counts the deliveries of this job that reached Start for its
+	// round, this one included: 1 when this delivery closed the round, more
+	// on retries; 0 when no round counts them (skipped, missing, stale).
+	// Deliveries that died before Start (in a killed worker's prefetch
+	// buffer, or waiting out their ack wait) are not attempts.
+	Starts int
 }
 
 // TakenRetention is how long a round closed at job start keeps its summary
@@ -168,7 +174,11 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 			if res[0] == 3 {
 				result = ReleaseRetry
 			}
-			return Release{Result: result, Summary: Summary{Events: v.count(), FirstSeen: first, LastSeen: last}}, nil
+			var starts int
+			if len(res) > 2 {
+				starts = int(res[2])
+			}
+			return Release{Result: result, Starts: starts, Summary: Summary{Events: v.count(), FirstSeen: first, LastSeen: last}}, nil
 		case -1:
 			return Release{Result: ReleaseStaleToken}, nil
 		default:
@@ -183,9 +193,13 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 	status, _ := res[0].(int64)
 	switch status {
 	case 1:
-		return Release{Result: ReleaseReleased, Summary: summaryFromHash(res[1:])}, nil
+		rel := Release{Result: ReleaseReleased, Summary: summaryFromHash(res[1:])}
+		if op == "take" {
+			rel.Starts = 1
+		}
+		return rel, nil
 	case 5:
-		return Release{Result: ReleaseRetry, Summary: summaryFromHash(res[1:])}, nil
+		return Release{Result: ReleaseRetry, Summary: summaryFromHash(res[1:]), Starts: startsFromHash(res[1:])}, nil
 	case 2:
 		due, _ := res[1].(int64)
 		version, _ := res[2].(int64)
@@ -195,6 +209,18 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 	default:
 		return Release{Result: ReleaseMissing}, nil
 	}
+}
+
+// startsFromHash reads the start count a taken copy keeps.
+func startsFromHash(pairs []any) int {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if f, _ := pairs[i].(string); f == "s" {
+			v, _ := pairs[i+1].(string)
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
 }
 
 // summaryFromHash reads the field/value pairs of a hash-layout round.

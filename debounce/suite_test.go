@@ -223,7 +223,7 @@ func TestDebounceFixedWindow(t *testing.T) {
 			t.Errorf("published job %+v", job)
 		}
 		rel := f.start(t, job)
-		if rel.Result != debounce.ReleaseReleased || rel.Summary.Events != 3 || !rel.Summary.FirstSeen.Equal(first) {
+		if rel.Result != debounce.ReleaseReleased || rel.Starts != 1 || rel.Summary.Events != 3 || !rel.Summary.FirstSeen.Equal(first) {
 			t.Fatalf("Start: %+v", rel)
 		}
 		if lag := first.Add(12 * time.Second).Sub(rel.Summary.LastSeen); lag < 0 || lag > 20*time.Millisecond {
@@ -236,8 +236,11 @@ func TestDebounceFixedWindow(t *testing.T) {
 		}
 		// A redelivery of the first job (its handler failed) gets the same
 		// summary back, and changes nothing in the new round.
-		if again := f.start(t, job); again.Result != debounce.ReleaseRetry || !reflect.DeepEqual(again.Summary, rel.Summary) {
-			t.Errorf("second Start of the old job: %+v, want retry with %+v", again, rel.Summary)
+		if again := f.start(t, job); again.Result != debounce.ReleaseRetry || again.Starts != 2 || !reflect.DeepEqual(again.Summary, rel.Summary) {
+			t.Errorf("second Start of the old job: %+v, want retry 2 with %+v", again, rel.Summary)
+		}
+		if again := f.start(t, job); again.Starts != 3 {
+			t.Errorf("third Start of the old job counts %d starts, want 3", again.Starts)
 		}
 		if fin, err := f.c.Finish(context.Background(), job, true, false); err != nil || fin.Result != debounce.ReleaseSkipped {
 			t.Errorf("Finish: %+v %v", fin, err)

@@ -500,3 +500,46 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 		t.Errorf("summaries %q, want %q", summaries, want)
 	}
 }
+
+// A job delivered more often than MaxDeliver without ever reaching its round
+// (its deliveries died unstarted, as in a killed worker's prefetch buffer)
+// still runs: only deliveries that reached the round are attempts.
+func TestUnstartedDeliveriesAreNoAttempts(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, testenv.NATS(t), debounce.Policy{Type: "unlucky", Mode: debounce.ModeDebounce, Window: time.Second})
+	cfg := worker.Config{JetStream: s.js, Coalescer: s.co, Publisher: s.pub, Types: []string{"unlucky"}, MaxDeliver: 2, AckWait: 300 * time.Millisecond}
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cons, err := w.Consumer(ctx, "unlucky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := s.submit(t, "unlucky", `{"n":1}`)
+	// Take the job four times and let each delivery's ack wait run out.
+	for i := range 4 {
+		msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range msgs.Messages() {
+			n++
+			if md, _ := m.Metadata(); md == nil || int(md.NumDelivered) != i+1 {
+				t.Fatalf("delivery %d: metadata %+v", i+1, md)
+			}
+		}
+		if n != 1 {
+			t.Fatalf("delivery %d: %d messages", i+1, n)
+		}
+	}
+	var got started
+	s.run(t, got.handler, cfg)
+	waitFor(t, 5*time.Second, "the job to run", func() bool { j, _ := got.snapshot(); return len(j) == 1 })
+	jobs, _ := got.snapshot()
+	if j := jobs[0]; j.Attempt != 1 || j.Release != debounce.ReleaseReleased || j.Token != d.Round {
+		t.Errorf("job: attempt %d, release %s, round %s; want attempt 1, released, round %s", j.Attempt, j.Release, j.Token, d.Round)
+	}
+}

@@ -51,7 +51,10 @@ type Job struct {
 	// Release says what closing the round found: released, retry (an
 	// earlier delivery closed it), stale_token, missing, skipped.
 	Release debounce.ReleaseResult
-	// Attempt is the delivery number of this job, 1 for the first.
+	// Attempt is 1 for the first run of this job. For a job with a round
+	// it counts the deliveries that reached the round (see
+	// debounce.Release.Starts), so a delivery that died unstarted in a
+	// killed worker is no attempt; otherwise it is the delivery number.
 	Attempt int
 }
 
@@ -95,7 +98,7 @@ type Config struct {
 	Durable   string   // consumer name prefix; DefaultDurable; one consumer per type, shared by replicas
 
 	Concurrency     int             // jobs run at once, all types together; DefaultConcurrency
-	MaxDeliver      int             // deliveries before a job is dead-lettered; DefaultMaxDeliver
+	MaxDeliver      int             // attempts before a job is dead-lettered (see Job.Attempt); DefaultMaxDeliver
 	Backoff         []time.Duration // waits before retries; DefaultBackoff
 	AckWait         time.Duration   // redelivery after silence; the worker reports progress every third of it
 	ShutdownTimeout time.Duration   // how long Run waits for running jobs after ctx ends
@@ -273,6 +276,11 @@ func (w *Worker) Run(ctx context.Context, h Handler) error {
 	return nil
 }
 
+// maxDeliveries bounds deliveries whatever the attempts: a job whose round
+// counts its attempts may be delivered more often than MaxDeliver when
+// workers die with it unstarted, but not without end.
+func (w *Worker) maxDeliveries() int { return max(10*w.cfg.MaxDeliver, 50) }
+
 func (w *Worker) backoff(attempt int) time.Duration {
 	i := min(attempt-1, len(w.cfg.Backoff)-1)
 	return w.cfg.Backoff[max(i, 0)]
@@ -298,10 +306,11 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, h Handler) {
 }
 
 func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler) string {
-	log := w.log.With("job_type", job.Type, "key", job.Key.String(), "token", job.Token.String(), "attempt", job.Attempt)
-	if job.Attempt > w.cfg.MaxDeliver {
-		// Deliveries that never finished (the worker died mid-job) count too.
-		w.final(ctx, msg, job, fmt.Errorf("delivered %d times without finishing", job.Attempt-1), log)
+	deliveries := job.Attempt
+	log := w.log.With("job_type", job.Type, "key", job.Key.String(), "token", job.Token.String(), "delivery", deliveries)
+	if deliveries > w.maxDeliveries() {
+		// A backstop for jobs whose attempts nothing else counts.
+		w.final(ctx, msg, job, fmt.Errorf("delivered %d times without finishing", deliveries-1), log)
 		return "dead"
 	}
 	rel, err := w.cfg.Coalescer.Start(ctx, job.Job)
@@ -313,6 +322,18 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		return "release_failed"
 	}
 	job.Release, job.Summary = rel.Result, rel.Summary
+	if rel.Starts > 0 {
+		// The round counts the deliveries that reached it: one that died
+		// before (in a killed worker's prefetch buffer, or that waited out
+		// its ack wait there) never ran the handler and is no attempt.
+		job.Attempt = rel.Starts
+	}
+	log = log.With("attempt", job.Attempt)
+	if job.Attempt > w.cfg.MaxDeliver {
+		// Attempts that never finished (the worker died mid-job) count too.
+		w.final(ctx, msg, job, fmt.Errorf("started %d times without finishing", job.Attempt-1), log)
+		return "dead"
+	}
 	if rel.Result == debounce.ReleaseNotDue {
 		next := job.Job
 		next.DueAt, next.Version = rel.DueAt, rel.Version

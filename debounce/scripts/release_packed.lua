@@ -1,7 +1,9 @@
 -- Close a packed round if it is still the caller's: same expiry and same
 -- random bits, the two halves of its token. A stale token changes nothing.
--- At job start ("take") the round moves to a per-token key that keeps its
--- summary for retries of the same job until Finish deletes it.
+-- At job start ("take") the round moves to a per-token hash that keeps its
+-- summary (field v) for retries of the same job until Finish deletes it, and
+-- counts the deliveries that reached this point (field s): deliveries that
+-- died before it (a killed worker's prefetch) are not attempts.
 --
 -- KEYS[1] -> round key
 -- KEYS[2] -> taken key of this token (for "take")
@@ -10,12 +12,13 @@
 -- ARGV[3] -> "take" (job start), "release" (dedup until success, cancel),
 --            "backout" (a failed publish: delete only if not published meanwhile)
 -- ARGV[4] -> take: how long the taken copy is kept, ms
--- Returns {status, value}:
---   1 closed (value: the packed value, for the summary)
+-- Returns {status, value, starts}:
+--   1 closed (value: the packed value, for the summary; starts 1 when taken)
 --   0 missing (expired, or already closed)
 --  -1 stale token: another round holds the key (value: its packed value)
 --   2 kept: published meanwhile by a joiner (backout only)
---   3 retry: already taken by an earlier delivery (value: the taken copy)
+--   3 retry: already taken by an earlier delivery (value: the taken copy;
+--     starts: deliveries that reached it, this one included)
 
 local RND, PUB = 549755813888, 274877906944 -- 2^39, 2^38
 local raw = redis.call('GET', KEYS[1])
@@ -27,8 +30,8 @@ if raw then
 end
 if not mine then
   if ARGV[3] == 'take' then
-    local taken = redis.call('GET', KEYS[2])
-    if taken then return {3, tonumber(taken)} end
+    local taken = redis.call('HGET', KEYS[2], 'v')
+    if taken then return {3, tonumber(taken), redis.call('HINCRBY', KEYS[2], 's', 1)} end
   end
   if raw then return {-1, v} end
   return {0, 0}
@@ -36,10 +39,10 @@ end
 if ARGV[3] == 'backout' and math.floor(v / PUB) % 2 == 1 then
   return {2, v}
 end
+redis.call('DEL', KEYS[1])
 if ARGV[3] == 'take' then
-  redis.call('RENAME', KEYS[1], KEYS[2])
+  redis.call('HSET', KEYS[2], 'v', raw, 's', 1)
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
-else
-  redis.call('DEL', KEYS[1])
+  return {1, v, 1}
 end
-return {1, v}
+return {1, v, 0}

@@ -1,7 +1,8 @@
 -- Close a hash-layout round if it is still the caller's and is due. At job
 -- start ("take") the round moves to a per-token key that keeps its summary
 -- (last args, accumulated items) for retries of the same job until Finish
--- deletes it. An extended round that is not due yet stays; its version is
+-- deletes it; its field s counts the deliveries that reached this point
+-- (deliveries that died before it are not attempts). An extended round that is not due yet stays; its version is
 -- incremented so the caller publishes the schedule again for the new due
 -- time. A stale token changes nothing.
 --
@@ -19,12 +20,14 @@
 --   {-1}                    stale token
 --   {2, due, version}       not due yet (take only)
 --   {3}                     kept: published meanwhile (backout only)
---   {5, field, value, ...}  retry: already taken by an earlier delivery
+--   {5, field, value, ...}  retry: already taken by an earlier delivery (field
+--                           s: deliveries that reached it, this one included)
 
 local key = KEYS[1]
 local t = redis.call('HGET', key, 't')
 if t ~= ARGV[1] then
   if ARGV[4] == 'take' and redis.call('EXISTS', KEYS[2]) == 1 then
+    redis.call('HINCRBY', KEYS[2], 's', 1)
     local out = {5}
     local all = redis.call('HGETALL', KEYS[2])
     for i = 1, #all do out[i + 1] = all[i] end
@@ -45,6 +48,7 @@ end
 local all = redis.call('HGETALL', key)
 if ARGV[4] == 'take' then
   redis.call('RENAME', key, KEYS[2])
+  redis.call('HSET', KEYS[2], 's', 1)
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
 else
   redis.call('DEL', key)
