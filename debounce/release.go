@@ -58,9 +58,9 @@ type Release struct {
 	Summary Summary   // when released (and, from the job alone, when skipped)
 	DueAt   time.Time // not due: the new due time
 	Version int       // not due: publish the schedule again with this version
-	// Starts counts the deliveries of this job that reached Start for its
-	// round, this one included: 1 when this delivery closed the round, more
-	// on retries; 0 when no round counts them (skipped, missing, stale).
+	// Starts counts the deliveries of this job that reached Start, this one
+	// included: 1 for the first, more on retries; 0 when nothing counts
+	// them (a bypassed job, a missing round, a stale token).
 	// Deliveries that died before Start (in a killed worker's prefetch
 	// buffer, or waiting out their ack wait) are not attempts.
 	Starts int
@@ -78,7 +78,24 @@ const TakenRetention = 24 * time.Hour
 // handler runs, and Finish when the job will not run again.
 func (c *Coalescer) Start(ctx context.Context, job Job) (Release, error) {
 	if !c.takesAtStart(job) {
-		return c.skipped(job), nil
+		rel := c.skipped(job)
+		if job.Token == 0 {
+			return rel, nil // bypassed: nothing in Redis to count with
+		}
+		// No round to close, but the attempts still count: one small
+		// hash (the taken key) per job, deleted by Finish.
+		key := c.takenKey(job)
+		var n *redis.IntCmd
+		_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			n = p.HIncrBy(ctx, key, "s", 1)
+			p.PExpire(ctx, key, TakenRetention)
+			return nil
+		})
+		if err != nil {
+			return Release{}, fmt.Errorf("%w: count the start of %s job %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
+		}
+		rel.Starts = int(n.Val())
+		return rel, nil
 	}
 	return c.release(ctx, job, "take")
 }
@@ -102,10 +119,8 @@ func (c *Coalescer) Finish(ctx context.Context, job Job, succeeded, final bool) 
 	if job.Token == 0 || !succeeded && !final {
 		return Release{Result: ReleaseSkipped}, nil
 	}
-	if c.takesAtStart(job) {
-		if err := c.rdb.Del(ctx, c.takenKey(job)).Err(); err != nil {
-			return Release{}, fmt.Errorf("%w: finish %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
-		}
+	if err := c.rdb.Del(ctx, c.takenKey(job)).Err(); err != nil {
+		return Release{}, fmt.Errorf("%w: finish %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
 	}
 	if p := c.policies[job.Type]; job.Mode != ModeDedup || p == nil || p.Until != UntilSuccess {
 		return Release{Result: ReleaseSkipped}, nil

@@ -411,8 +411,18 @@ func TestThrottle(t *testing.T) {
 		for _, j := range f.pub.distinct() {
 			if j.Immediate() {
 				leading++
-				if rel := f.start(t, j); rel.Result != debounce.ReleaseSkipped {
-					t.Errorf("leading job Start = %s, want skipped (the window ends by itself)", rel.Result)
+				if rel := f.start(t, j); rel.Result != debounce.ReleaseSkipped || rel.Starts != 1 {
+					t.Errorf("leading job Start = %s with %d starts, want skipped (the window ends by itself), 1", rel.Result, rel.Starts)
+				}
+				// Its attempts count all the same, until Finish.
+				if rel := f.start(t, j); rel.Starts != 2 {
+					t.Errorf("leading job's second Start counts %d starts, want 2", rel.Starts)
+				}
+				if _, err := f.c.Finish(context.Background(), j, true, false); err != nil {
+					t.Fatal(err)
+				}
+				if rel := f.start(t, j); rel.Starts != 1 {
+					t.Errorf("leading job's Start after Finish counts %d starts, want 1 (Finish forgets)", rel.Starts)
 				}
 			} else {
 				trailingJob = j
