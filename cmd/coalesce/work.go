@@ -83,7 +83,7 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	fs.Var(&types, "type", "job type to run (repeat, or comma-separated)")
 	execCmd := fs.String("exec", "", "command run per job (sh -c), job JSON on stdin")
 	concurrency := fs.Int("concurrency", 0, "jobs run at once (default from the file, else 4)")
-	maxDeliver := fs.Int("max-deliver", 0, "deliveries before dead-lettering (default from the file, else 5)")
+	maxDeliver := fs.Int("max-deliver", 0, "attempts before dead-lettering (default from the file, else 5)")
 	ackWait := fs.Duration("ack-wait", 0, "redelivery after silence; progress is reported while CMD runs (default 30s)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9091)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
