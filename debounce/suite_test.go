@@ -742,3 +742,51 @@ func TestReaperReleasesStrandedRounds(t *testing.T) {
 		}
 	})
 }
+
+// A job taken by a version that kept its summary as a plain string (no start
+// count) still retries with that summary after an upgrade.
+func TestRetryOfARoundTakenBeforeStartCounts(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, debounce.Policy{Type: "recompute", Mode: debounce.ModeDebounce, Window: 30 * time.Second})
+		f.submit(t, "recompute", `{"n":1}`)
+		f.submit(t, "recompute", `{"n":1}`)
+		job := f.pub.distinct()[0]
+		rel := f.start(t, job)
+		ctx := context.Background()
+		var (
+			mu   sync.Mutex
+			keys []string
+		)
+		each := func(ctx context.Context, c *redis.Client) error {
+			k, err := c.Keys(ctx, f.prefix+"*x"+job.Token.String()).Result()
+			mu.Lock()
+			keys = append(keys, k...)
+			mu.Unlock()
+			return err
+		}
+		var err error
+		if cc, ok := b.rdb.(*redis.ClusterClient); ok {
+			err = cc.ForEachMaster(ctx, each)
+		} else {
+			err = each(ctx, b.rdb.(*redis.Client))
+		}
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("taken copy: %v %v", keys, err)
+		}
+		v, err := b.rdb.HGet(ctx, keys[0], "v").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.rdb.Del(ctx, keys[0]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.rdb.Set(ctx, keys[0], v, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		again := f.start(t, job)
+		if again.Result != debounce.ReleaseRetry || again.Starts != 0 || again.Summary.Events != 2 || again.Summary.Events != rel.Summary.Events {
+			t.Errorf("retry of an old taken copy: %+v, want retry, 0 starts (uncounted), 2 events", again)
+		}
+	})
+}

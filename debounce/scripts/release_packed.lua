@@ -30,8 +30,13 @@ if raw then
 end
 if not mine then
   if ARGV[3] == 'take' then
-    local taken = redis.call('HGET', KEYS[2], 'v')
-    if taken then return {3, tonumber(taken), redis.call('HINCRBY', KEYS[2], 's', 1)} end
+    local kind = redis.call('TYPE', KEYS[2]).ok
+    if kind == 'string' then -- taken by a version that kept no count
+      return {3, tonumber(redis.call('GET', KEYS[2])), 0}
+    end
+    if kind == 'hash' then
+      return {3, tonumber(redis.call('HGET', KEYS[2], 'v')), redis.call('HINCRBY', KEYS[2], 's', 1)}
+    end
   end
   if raw then return {-1, v} end
   return {0, 0}

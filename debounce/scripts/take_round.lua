@@ -2,9 +2,9 @@
 -- start ("take") the round moves to a per-token key that keeps its summary
 -- (last args, accumulated items) for retries of the same job until Finish
 -- deletes it; its field s counts the deliveries that reached this point
--- (deliveries that died before it are not attempts). An extended round that is not due yet stays; its version is
--- incremented so the caller publishes the schedule again for the new due
--- time. A stale token changes nothing.
+-- (deliveries that died before it are not attempts). An extended round that
+-- is not due yet stays; its version is incremented so the caller publishes
+-- the schedule again for the new due time. A stale token changes nothing.
 --
 -- KEYS[1] -> round key (hash)
 -- KEYS[2] -> taken key of this token (for "take")
