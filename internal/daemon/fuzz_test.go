@@ -169,3 +169,42 @@ func FuzzBatch(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIngestEvent: the NATS ingest decoder never panics; what it accepts has
+// the subject's type and JSON args; a body that names its type decodes as
+// over HTTP; a body without a type decodes as that body with the type added.
+func FuzzIngestEvent(f *testing.F) {
+	for _, s := range eventSeeds {
+		f.Add([]byte(s))
+	}
+	for _, s := range []string{`{"args":{"a":1}}`, ` { } `, `{"args":1,"type":"recompute"}`, "\f{\"args\":{}}", `[]`, `{"type":null,"args":{}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ev, err := daemon.EventFrom("co.events.recompute", "recompute", data)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("empty error for %q", data)
+			}
+			return
+		}
+		if ev.Type != "recompute" || !json.Valid(ev.Args) {
+			t.Fatalf("accepted %q as %+v", data, ev)
+		}
+		direct, derr := daemon.DecodeEvent(data)
+		if derr == nil {
+			if direct.Type != ev.Type || direct.Key != ev.Key || !bytes.Equal(direct.Args, ev.Args) {
+				t.Fatalf("%q: ingest %+v, HTTP %+v", data, ev, direct)
+			}
+			return
+		}
+		// Accepted only with the type added: the body was an object without one.
+		var probe map[string]json.RawMessage
+		if err := json.Unmarshal(data, &probe); err != nil {
+			t.Fatalf("accepted %q, which is not a JSON object: %v", data, err)
+		}
+		if _, ok := probe["type"]; ok {
+			t.Fatalf("accepted %q, which names a type HTTP refuses (%v)", data, derr)
+		}
+	})
+}

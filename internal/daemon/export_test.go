@@ -1,0 +1,4 @@
+package daemon
+
+// EventFrom is the NATS ingest decoder, for the fuzz target.
+var EventFrom = eventFrom
