@@ -431,7 +431,8 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 		args = append(args, uint64(packOpen(wrnd, p.Window)), p.Window.Milliseconds(),
 			boolArg(p.Trailing), p.trailingGrace.Milliseconds())
 	}
-	res, err := c.eval(ctx, openPackedScript, c.keys(p, key), args...).Int64Slice()
+	keys := c.keys(p, key)
+	res, err := c.eval(ctx, openPackedScript, keys, args...).Int64Slice()
 	if err != nil {
 		return reply{}, err
 	}
@@ -439,7 +440,6 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 		return reply{}, fmt.Errorf("open_packed: unexpected reply %v", res)
 	}
 	v, exp := packed(res[1]), res[2]
-	keys := c.keys(p, key)
 	r := reply{
 		status:    int(res[0]),
 		token:     packedToken(exp, v.rnd()),
@@ -490,7 +490,8 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, key RoundKey, no
 		argv = append(argv, uint64(packOpen(newRnd(), p.Window)), p.Window.Milliseconds(),
 			unitFor(p.Window), p.trailingGrace.Milliseconds())
 	}
-	res, err := c.eval(ctx, openRoundScript, c.keys(p, key), argv...).Slice()
+	keys := c.keys(p, key)
+	res, err := c.eval(ctx, openRoundScript, keys, argv...).Slice()
 	if err != nil {
 		return reply{}, err
 	}
@@ -502,7 +503,7 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, key RoundKey, no
 		v := packed(ints[1])
 		return reply{
 			status: statusLeading, token: packedToken(ints[2], v.rnd()), count: 1,
-			openedAt: now, rkey: c.keys(p, key)[1],
+			openedAt: now, rkey: keys[1],
 		}, nil
 	}
 	if len(ints) != 8 {
@@ -517,7 +518,7 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, key RoundKey, no
 		published: ints[5] == 1,
 		fire:      ints[6] == 1,
 		version:   int(ints[7]),
-		rkey:      c.keys(p, key)[0],
+		rkey:      keys[0],
 	}, nil
 }
 
