@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,8 +33,9 @@ A load generator: N events over K keys ("tenant-<i mod K>"), C in flight,
 through the library (a Coalescer on the Redis and NATS given, publishing
 real schedules), or with --http through a running daemon's batch endpoint
 (--batch lines per request) or single endpoint (--batch 0). Prints one JSON
-line: events_per_s, decision latency p50/p99 (per request with --http),
-rounds opened, jobs published, duplicate rounds, Redis CPU per event (INFO
+line: events_per_s, decision latency p50/p99 (per request with --http;
+through the library also joined_p50/p99_us, the coalesced path without the
+openings, which wait for their publish), rounds opened, jobs published, duplicate rounds, Redis CPU per event (INFO
 cpu) and Redis bytes per round (INFO memory) — give it a Redis of its own.
 
 With no servers given it uses in-process NATS and Redis (miniredis: no CPU
@@ -42,17 +44,22 @@ first, last, accumulate.`
 
 // benchResult is the one JSON line bench prints.
 type benchResult struct {
-	Mode                string   `json:"mode"`
-	Payload             string   `json:"payload"`
-	Via                 string   `json:"via"`
-	Events              int      `json:"events"`
-	Keys                int      `json:"keys"`
-	Concurrency         int      `json:"concurrency"`
-	Errors              int64    `json:"errors"`
-	Seconds             float64  `json:"seconds"`
-	EventsPerS          float64  `json:"events_per_s"`
-	P50us               float64  `json:"p50_us"`
-	P99us               float64  `json:"p99_us"`
+	Mode        string  `json:"mode"`
+	Payload     string  `json:"payload"`
+	Via         string  `json:"via"`
+	Events      int     `json:"events"`
+	Keys        int     `json:"keys"`
+	Concurrency int     `json:"concurrency"`
+	Errors      int64   `json:"errors"`
+	Seconds     float64 `json:"seconds"`
+	EventsPerS  float64 `json:"events_per_s"`
+	P50us       float64 `json:"p50_us"`
+	P99us       float64 `json:"p99_us"`
+	// The coalesced path (library only): decisions that joined a pending
+	// round or were dropped by design, without the openings, which wait for
+	// their JetStream publish and, at 1% of events, set the overall p99.
+	JoinedP50us         *float64 `json:"joined_p50_us,omitempty"`
+	JoinedP99us         *float64 `json:"joined_p99_us,omitempty"`
 	RoundsOpened        int64    `json:"rounds_opened"`
 	JobsPublished       int64    `json:"jobs_published"`
 	DuplicatesObserved  int64    `json:"duplicates_observed"`
@@ -77,6 +84,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	token := fs.String("token", "", "with --http: bearer token")
 	jobType := fs.String("type", "bench", "job type (with --http, the daemon needs a policy for it)")
 	prefix := fs.String("prefix", "b", "library: Redis key prefix (runs with one prefix within a window join each other's rounds)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured run to this file (go tool pprof)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -104,6 +112,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	var rdb redis.UniversalClient
 	var submit func(ctx context.Context, from, to int) error // decides events [from, to)
 	var opened, published atomic.Int64
+	var opens []bool // library: per event, whether it opened a round
 	count := func(d debounce.Decision) {
 		if d.Outcome == debounce.OutcomeScheduled || d.Outcome == debounce.OutcomePublished {
 			opened.Add(1)
@@ -215,10 +224,12 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		argsOf := func(i int) json.RawMessage {
 			return fmt.Appendf(nil, `{"tenant_id":"tenant-%d","seq":%d}`, i%*keys, i)
 		}
+		opens = make([]bool, *events)
 		submit = func(ctx context.Context, i, _ int) error {
 			d, err := co.Submit(ctx, debounce.Event{Type: *jobType, Args: argsOf(i)})
 			if err == nil {
 				count(d)
+				opens[i] = d.Outcome == debounce.OutcomeScheduled || d.Outcome == debounce.OutcomePublished
 			}
 			return err
 		}
@@ -238,6 +249,16 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	var next atomic.Int64
 	var errs atomic.Int64
 	var firstErr atomic.Value
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range *conc {
@@ -260,12 +281,29 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	cpuUsed := processCPU() - cpuStart
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
 
 	res.Seconds = round(elapsed.Seconds(), 3)
 	res.EventsPerS = round(float64(*events)/elapsed.Seconds(), 0)
+	if opens != nil {
+		joined := make([]time.Duration, 0, len(lat))
+		for i, d := range lat {
+			if !opens[i] {
+				joined = append(joined, d)
+			}
+		}
+		if len(joined) > 0 {
+			slices.Sort(joined)
+			p50 := round(float64(joined[len(joined)/2].Microseconds()), 0)
+			p99 := round(float64(joined[len(joined)*99/100].Microseconds()), 0)
+			res.JoinedP50us, res.JoinedP99us = &p50, &p99
+		}
+	}
 	slices.Sort(lat)
 	res.P50us = round(float64(lat[len(lat)/2].Microseconds()), 0)
 	res.P99us = round(float64(lat[len(lat)*99/100].Microseconds()), 0)

@@ -326,6 +326,9 @@ func TestBenchCommand(t *testing.T) {
 	if r.Events != 300 || r.RoundsOpened != 10 || r.JobsPublished != 10 || r.Errors != 0 || r.EventsPerS <= 0 || r.Via != "library" {
 		t.Errorf("bench result %+v", r)
 	}
+	if r.JoinedP50us == nil || r.JoinedP99us == nil || *r.JoinedP99us < *r.JoinedP50us {
+		t.Errorf("bench result without the coalesced path's latency: %+v", r)
+	}
 	if code, _, stderr := runBin(t, "", "bench", "--mode", "sideways"); code != 2 || !strings.Contains(stderr, "not a mode") {
 		t.Errorf("bad mode: exit %d %q", code, stderr)
 	}
