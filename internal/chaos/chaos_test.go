@@ -100,23 +100,21 @@ func faultKillReservePublish(ctx context.Context, e *env) {
 }
 
 func faultKillProducers(ctx context.Context, e *env) {
-	for sleepCtx(ctx, between(500*time.Millisecond, 1500*time.Millisecond)) {
-		p := e.producers[rand.IntN(len(e.producers))]
-		p.kill()
-		e.note("SIGKILL %s", p.name)
-		time.Sleep(between(100*time.Millisecond, 800*time.Millisecond))
-		if err := p.startRetry(e.t, 5); err != nil {
-			e.t.Errorf("restart %s: %v", p.name, err)
-		}
-	}
+	killAndRestart(ctx, e, e.producers, 500*time.Millisecond, 1500*time.Millisecond, 100*time.Millisecond)
 }
 
 func faultKillWorkers(ctx context.Context, e *env) {
-	for sleepCtx(ctx, between(time.Second, 2*time.Second)) {
-		p := e.workers[rand.IntN(len(e.workers))]
+	killAndRestart(ctx, e, e.workers, time.Second, 2*time.Second, 300*time.Millisecond)
+}
+
+// killAndRestart SIGKILLs a random process of procs every [minEvery,
+// maxEvery) and starts it again after [minDown, 800ms).
+func killAndRestart(ctx context.Context, e *env, procs []*proc, minEvery, maxEvery, minDown time.Duration) {
+	for sleepCtx(ctx, between(minEvery, maxEvery)) {
+		p := procs[rand.IntN(len(procs))]
 		p.kill()
 		e.note("SIGKILL %s", p.name)
-		time.Sleep(between(300*time.Millisecond, 800*time.Millisecond))
+		time.Sleep(between(minDown, 800*time.Millisecond))
 		if err := p.startRetry(e.t, 5); err != nil {
 			e.t.Errorf("restart %s: %v", p.name, err)
 		}

@@ -56,9 +56,16 @@ func NATS(t testing.TB) *NATSServer {
 			NoSigs:    true,
 		},
 	}
+	return s.launch(t, "embedded nats-server")
+}
+
+// launch starts a new embedded s with its store in s.Dir and stops it when
+// the test ends.
+func (s *NATSServer) launch(t testing.TB, what string) *NATSServer {
+	t.Helper()
 	s.opts.StoreDir = s.Dir
 	if err := s.Start(); err != nil {
-		t.Fatalf("embedded nats-server: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	t.Cleanup(s.Stop)
 	return s

@@ -284,10 +284,5 @@ func NATSTLS(t testing.TB, c *Certs, verifyClients bool, user, password string) 
 			Password:   password,
 		},
 	}
-	s.opts.StoreDir = s.Dir
-	if err := s.Start(); err != nil {
-		t.Fatalf("embedded nats-server with TLS: %v", err)
-	}
-	t.Cleanup(s.Stop)
-	return s
+	return s.launch(t, "embedded nats-server with TLS")
 }
