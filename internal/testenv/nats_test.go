@@ -52,10 +52,14 @@ func TestNATSServers(t *testing.T) {
 			}
 			var msg *jetstream.RawStreamMsg
 			for { // the client reconnects on its own
-				s, err := js.Stream(ctx, "T")
+				// Each try gets its own deadline: a request whose reply was
+				// lost to the restart would otherwise wait out the whole 20 s.
+				try, cancelTry := context.WithTimeout(ctx, 2*time.Second)
+				s, err := js.Stream(try, "T")
 				if err == nil {
-					msg, err = s.GetLastMsgForSubject(ctx, "t.a")
+					msg, err = s.GetLastMsgForSubject(try, "t.a")
 				}
+				cancelTry()
 				if err == nil {
 					break
 				}
