@@ -2,6 +2,7 @@ package debounce
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +44,26 @@ type Config struct {
 	// once; under load, calls that arrive while pipelines are busy ride the
 	// next ones. Negative: no batching, one round trip per call.
 	Pipelines int
+	// MaxAge is how long a job may wait in the stream for a worker: a round
+	// lives this long past its latest due time, so its data is there
+	// whenever its job starts. It must equal the stream's MaxAge; by default
+	// it is taken from the Publisher when it reports one (the JetStream
+	// publisher does), else DefaultMaxAge.
+	MaxAge time.Duration
+	// RepairAfter is how long past its due time a round that no job has
+	// taken counts as overdue (default DefaultRepairAfter): the reaper then
+	// looks for its message in the stream and publishes its job again if
+	// the stream lost it. A job that merely waits for a worker is found and
+	// left alone, however long it waits.
+	RepairAfter time.Duration
 }
+
+// DefaultRepairAfter is when a round not taken past its due time counts as
+// overdue.
+const DefaultRepairAfter = time.Minute
+
+// maxAger is a Publisher that knows how long its stream keeps a job.
+type maxAger interface{ MaxAge() time.Duration }
 
 // DefaultDueSlack is how early a round may be released at start.
 const DefaultDueSlack = 100 * time.Millisecond
@@ -74,6 +94,9 @@ type Coalescer struct {
 	log      *slog.Logger
 	hooks    Hooks
 	batch    *batcher // nil: unbatched
+	maxAge   time.Duration
+	repair   time.Duration // RepairAfter
+	overdue  overdueSet    // packed rounds whose identity this process wrote
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
@@ -84,20 +107,18 @@ type compiled struct {
 	itemPrefix int                 // bytes of `{"field":` in the item's canonical form
 	hash       bool                // hash layout (extend, last, accumulate)
 	mix        typeMix             // the type's part of every Redis key
-	unit       int64               // remaining unit of the packed round, ms
+	life       time.Duration       // see lifetime
 	// Throttle with trailing: the trailing round lives until the window end
-	// plus this grace.
-	trailingGrace time.Duration
+	// plus this (the stream's MaxAge).
+	trailingLife time.Duration
 }
 
-// lifetime is the TTL a round's Job carries: what its remaining unit is
-// computed from.
-func (p *compiled) lifetime() time.Duration {
-	if p.Mode == ModeThrottle {
-		return p.Window + p.trailingGrace
-	}
-	return p.TTL
-}
+// lifetime is how long a round lives from its base (its first event; for a
+// trailing round, its window's start): its Redis TTL, which its jobs carry
+// (Job.TTL) to read the round's last-seen time back. A round released at
+// start lives MaxAge past its latest due time; a dedup round released at
+// expiry lives its TTL.
+func (p *compiled) lifetime() time.Duration { return p.life }
 
 // New validates the policies and returns a Coalescer.
 func New(cfg Config) (*Coalescer, error) {
@@ -129,6 +150,13 @@ func New(cfg Config) (*Coalescer, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	if err := c.setMaxAge(cfg.MaxAge); err != nil {
+		return nil, err
+	}
+	if cfg.RepairAfter < 0 {
+		return nil, fmt.Errorf("%w: Config.RepairAfter %v must not be negative", ErrInvalidPolicy, cfg.RepairAfter)
+	}
+	c.repair = cmp.Or(cfg.RepairAfter, DefaultRepairAfter)
 	if clientRetries(c.rdb) {
 		c.log.Warn("the Redis client resends commands whose reply was lost (MaxRetries); set MaxRetries: -1, or a resent opening can reopen a round that already ran")
 	}
@@ -139,7 +167,7 @@ func New(cfg Config) (*Coalescer, error) {
 		c.batch = newBatcher(c.rdb, cfg.Pipelines)
 	}
 	for _, p := range cfg.Policies {
-		cp, err := compile(p)
+		cp, err := compile(p, c.maxAge)
 		if err != nil {
 			return nil, err
 		}
@@ -150,6 +178,27 @@ func New(cfg Config) (*Coalescer, error) {
 	}
 	return c, nil
 }
+
+// setMaxAge takes MaxAge from the config or the Publisher, which must agree.
+func (c *Coalescer) setMaxAge(want time.Duration) error {
+	var stream time.Duration
+	if ma, ok := c.pub.(maxAger); ok {
+		stream = ma.MaxAge()
+	}
+	switch {
+	case want < 0 || want > MaxMaxAge:
+		return fmt.Errorf("%w: Config.MaxAge %v must be between 0 (the default) and %v", ErrInvalidPolicy, want, MaxMaxAge)
+	case want != 0 && stream != 0 && want != stream:
+		return fmt.Errorf("%w: Config.MaxAge %v differs from the stream's MaxAge %v: rounds must live exactly as long as their jobs wait in the stream; leave MaxAge unset to take the stream's", ErrInvalidPolicy, want, stream)
+	case stream > MaxMaxAge:
+		return fmt.Errorf("%w: the stream keeps jobs %v, longer than the %v a round may wait", ErrInvalidPolicy, stream, MaxMaxAge)
+	}
+	c.maxAge = cmp.Or(want, stream, DefaultMaxAge)
+	return nil
+}
+
+// MaxAge is how long a round lives past its latest due time (Config.MaxAge).
+func (c *Coalescer) MaxAge() time.Duration { return c.maxAge }
 
 // clientRetries reports whether a go-redis client resends failed commands.
 func clientRetries(rdb redis.UniversalClient) bool {
@@ -162,7 +211,7 @@ func clientRetries(rdb redis.UniversalClient) bool {
 	return false
 }
 
-func compile(p Policy) (*compiled, error) {
+func compile(p Policy, maxAge time.Duration) (*compiled, error) {
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -182,10 +231,17 @@ func compile(p Policy) (*compiled, error) {
 	}
 	cp.hash = p.Extend || p.Payload != PayloadFirst
 	cp.mix = mixFor(p.Type)
-	if p.Mode == ModeThrottle && p.Trailing {
-		cp.trailingGrace = DefaultGrace
+	switch {
+	case p.Mode == ModeThrottle:
+		if p.Trailing {
+			cp.trailingLife = maxAge
+		}
+		cp.life = p.Window + cp.trailingLife
+	case p.Mode == ModeDedup && p.Until == UntilExpiry:
+		cp.life = p.TTL
+	default:
+		cp.life = p.latestDue() + maxAge
 	}
-	cp.unit = unitFor(cp.lifetime())
 	return cp, nil
 }
 
@@ -296,7 +352,7 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 	}
 	var r reply
 	if p.hash {
-		r, err = c.openRound(ctx, p, key, now, ev.Args, item)
+		r, err = c.openRound(ctx, p, job, now, item)
 	} else {
 		r, err = c.openPacked(ctx, p, key, now)
 	}
@@ -335,6 +391,9 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 			return d, err
 		}
 		c.markPublished(ctx, p, key, r)
+	}
+	if !p.hash && r.status == statusJoined && r.published && p.releasedByJob() {
+		c.noteIfOverdue(ctx, p, job, now)
 	}
 	if r.fire {
 		job.Version, job.DueAt = r.version, now
@@ -424,12 +483,12 @@ func newRnd() uint64 { return 1 + rand.Uint64N(1<<packRndBits-1) }
 func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, now time.Time) (reply, error) {
 	nowMs := now.UnixMilli()
 	rnd := newRnd()
-	expiry := now.Add(p.TTL).UnixMilli()
-	args := []any{uint64(packOpen(rnd, p.lifetime())), expiry, nowMs, p.unit}
+	expiry := now.Add(p.lifetime()).UnixMilli()
+	args := []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifetime().Milliseconds()}
 	if p.Mode == ModeThrottle {
 		wrnd := newRnd()
-		args = append(args, uint64(packOpen(wrnd, p.Window)), p.Window.Milliseconds(),
-			boolArg(p.Trailing), p.trailingGrace.Milliseconds())
+		args = append(args, uint64(packOpen(wrnd)), p.Window.Milliseconds(),
+			boolArg(p.Trailing), p.trailingLife.Milliseconds())
 	}
 	keys := c.keys(p, key)
 	res, err := c.eval(ctx, openPackedScript, keys, args...).Int64Slice()
@@ -454,27 +513,28 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 	case r.status == statusLeading || r.status == statusThrottled:
 		r.openedAt = msTime(exp).Add(-p.Window)
 	case p.Mode == ModeDebounce:
-		r.openedAt = msTime(exp).Add(-p.TTL)
+		r.openedAt = msTime(exp).Add(-p.lifetime())
 		r.due = r.openedAt.Add(p.Window)
 	case p.Mode == ModeThrottle: // the trailing round, due at the window's end
-		r.due = msTime(exp).Add(-p.trailingGrace)
+		r.due = msTime(exp).Add(-p.trailingLife)
 		r.openedAt = now
 		if r.status == statusJoined {
 			r.openedAt = r.due.Add(-p.Window)
 		}
 	default: // dedup: immediate
-		r.openedAt = msTime(exp).Add(-p.TTL)
+		r.openedAt = msTime(exp).Add(-p.lifetime())
 	}
 	return r, nil
 }
 
-func (c *Coalescer) openRound(ctx context.Context, p *compiled, key RoundKey, now time.Time, args, item []byte) (reply, error) {
+func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now time.Time, item []byte) (reply, error) {
 	nowMs := now.UnixMilli()
+	key := job.Key
 	token := Token(hashTokenBit | rand.Uint64N(hashTokenBit))
 	var data []byte
 	switch p.Payload {
 	case PayloadLast:
-		data = args
+		data = job.Args
 	case PayloadAccumulate:
 		data = item
 	}
@@ -483,12 +543,12 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, key RoundKey, no
 		extendWindow = p.Window.Milliseconds()
 	}
 	argv := []any{
-		strconv.FormatUint(uint64(token), 10), nowMs, now.Add(p.TTL).UnixMilli(), now.Add(p.Window).UnixMilli(),
+		strconv.FormatUint(uint64(token), 10), nowMs, now.Add(p.lifetime()).UnixMilli(), now.Add(p.Window).UnixMilli(),
 		extendWindow, p.MaxWait.Milliseconds(), string(p.Payload), data, p.MaxItems,
+		appendIdentity(nil, job, false),
 	}
 	if p.Mode == ModeThrottle {
-		argv = append(argv, uint64(packOpen(newRnd(), p.Window)), p.Window.Milliseconds(),
-			unitFor(p.Window), p.trailingGrace.Milliseconds())
+		argv = append(argv, uint64(packOpen(newRnd())), p.Window.Milliseconds(), p.trailingLife.Milliseconds())
 	}
 	keys := c.keys(p, key)
 	res, err := c.eval(ctx, openRoundScript, keys, argv...).Slice()

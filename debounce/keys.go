@@ -108,3 +108,7 @@ func validatePrefix(p string) error {
 	}
 	return nil
 }
+
+// identityKey is where a packed round's identity is kept once an event found
+// the round overdue (identity.go): the round's key and "j", same hash tag.
+func identityKey(roundKey string) string { return roundKey + "j" }

@@ -11,12 +11,14 @@ import (
 // exactly and Redis stores it as an integer object (117 bytes per pending
 // round with the default 14-byte key):
 //
-//	rnd(14 bits) · 2^39 + published(1) · 2^38 + count(22) · 2^16 + remaining(16)
+//	rnd(14 bits) · 2^39 + published(1) · 2^38 + count(22) · 2^16 + seen(16)
 //
 // rnd is random; the key's expiry (set with PXAT, read with PEXPIRETIME) and
 // rnd together are the round's token, so the token costs no bytes of its
-// own. remaining is the time from the latest event to the expiry in units of
-// unitFor(lifetime), which gives the last-seen time back.
+// own. seen is the latest event's time after the round's base (its expiry
+// minus its lifetime, which the round's jobs carry as their TTL), in ms, as
+// a 16-bit float (encodeSeen): exact to the millisecond for 4 s, then within
+// 1/2048 of the round's age, for a round of any lifetime (up to 139 years).
 //
 // The hash layout (extend, payload last or accumulate) keeps the fields
 // listed in scripts/open_round.lua and a 62-bit random token.
@@ -25,8 +27,11 @@ const (
 	packPub      = 1 << 38
 	packCnt      = 1 << 16
 	packMaxCount = 1<<22 - 1
-	packMaxRem   = 1<<16 - 1
+	packMaxSeen  = 1<<16 - 1
 	packRndBits  = 14
+
+	// seenExact: below it a seen field is the milliseconds themselves.
+	seenExact = 2048
 
 	// hashTokenBit marks a hash-layout token; packed tokens stay below 2^56.
 	hashTokenBit = 1 << 62
@@ -34,23 +39,49 @@ const (
 
 type packed uint64
 
-func (v packed) rnd() uint64      { return uint64(v) >> packRndShift }
-func (v packed) published() bool  { return uint64(v)&packPub != 0 }
-func (v packed) count() int       { return int(uint64(v) >> 16 & packMaxCount) }
-func (v packed) remaining() int64 { return int64(uint64(v) & packMaxRem) }
+func (v packed) rnd() uint64     { return uint64(v) >> packRndShift }
+func (v packed) published() bool { return uint64(v)&packPub != 0 }
+func (v packed) count() int      { return int(uint64(v) >> 16 & packMaxCount) }
+func (v packed) seen() uint64    { return uint64(v) & packMaxSeen }
 
-// packOpen is the value a round opens with: one event, not published, the
-// whole lifetime remaining.
-func packOpen(rnd uint64, lifetime time.Duration) packed {
-	rem := lifetime.Milliseconds() / unitFor(lifetime)
-	return packed(rnd<<packRndShift | packCnt | uint64(min(rem, packMaxRem)))
+// lastSeen is the latest event of a round with this expiry and lifetime.
+func (v packed) lastSeen(expiryMs int64, lifetime time.Duration) time.Time {
+	return msTime(expiryMs - lifetime.Milliseconds() + decodeSeen(v.seen()))
 }
 
-// unitFor is the unit of the remaining field for a round that lives at most
-// lifetime: the whole lifetime must fit 16 bits.
-func unitFor(lifetime time.Duration) int64 {
-	ms := lifetime.Milliseconds()
-	return max(1, (ms+packMaxRem-1)/packMaxRem)
+// packOpen is the value a round opens with: one event, not published, seen
+// 0 (the script adds the opening event's seen).
+func packOpen(rnd uint64) packed {
+	return packed(rnd<<packRndShift | packCnt)
+}
+
+// encodeSeen writes ms >= 0 in 16 bits: ms itself below 2*seenExact, else a
+// float with an 11-bit mantissa (the leading 1 implied) and a 5-bit
+// exponent, rounded down, saturating. It is monotonic, so the greatest
+// encoding is the latest event's. The scripts have the same function.
+func encodeSeen(ms int64) uint64 {
+	if ms < 2*seenExact {
+		return uint64(max(ms, 0))
+	}
+	e := uint64(1)
+	for ms >= 2*seenExact {
+		ms /= 2
+		e++
+	}
+	if e > 31 {
+		return packMaxSeen
+	}
+	return e*seenExact + uint64(ms) - seenExact
+}
+
+// decodeSeen is the inverse of encodeSeen (the lower end of the range an
+// encoding stands for).
+func decodeSeen(v uint64) int64 {
+	if v < 2*seenExact {
+		return int64(v)
+	}
+	e, m := v/seenExact, v%seenExact
+	return int64(seenExact+m) << (e - 1)
 }
 
 // packedToken joins the two halves of a packed round's token.

@@ -61,22 +61,24 @@ const (
 
 // Defaults and limits.
 const (
-	// DefaultGrace is how long a debounce reservation outlives the job's due
-	// time by default: room for schedule lateness and a queue of jobs before
-	// the worker starts it and releases the round.
-	DefaultGrace = 5 * time.Minute
-	// MinGrace is the least a TTL may exceed the latest due time. JetStream
-	// schedules fire up to about half a second late under load.
-	MinGrace = 2 * time.Second
+	// DefaultMaxAge is how long a round waits for its job by default: the
+	// stream keeps an unconsumed job this long (publisher.DefaultMaxAge), and
+	// a round lives this long past its latest due time, so its data is there
+	// whenever its job starts, however long the workers are away.
+	DefaultMaxAge = 7 * 24 * time.Hour
+	// MaxMaxAge is the longest MaxAge accepted.
+	MaxMaxAge = 30 * 24 * time.Hour
 	// MinWindow is the shortest debounce window or trailing throttle window:
 	// schedules fire up to ~0.5 s late, so shorter windows cannot be honoured.
 	MinWindow = time.Second
-	// DefaultDedupTTL bounds a dedup reservation released at start or success.
-	DefaultDedupTTL = time.Hour
+	// MaxWindow bounds a window or max_wait: a round's due time is at most
+	// this far after its first event.
+	MaxWindow = 30 * 24 * time.Hour
 	// DefaultMaxItems caps an accumulated payload.
 	DefaultMaxItems = 1000
-	// MaxTTL is the longest reservation accepted.
-	MaxTTL = 30 * 24 * time.Hour
+	// MaxTTL is the longest dedup window (until expiry) accepted, and the
+	// longest lifetime a job may carry (MaxWindow + MaxMaxAge).
+	MaxTTL = MaxWindow + MaxMaxAge
 )
 
 // Policy says how the events of one job type become jobs. The zero values of
@@ -88,10 +90,10 @@ type Policy struct {
 	// Window: debounce delay (from the first event, or from each event with
 	// Extend); throttle window length. Not used by dedup.
 	Window time.Duration
-	// TTL bounds the reservation. Debounce: at least the latest due time plus
-	// MinGrace (default: that due time plus DefaultGrace). Dedup: the dedup
-	// window for Until expiry, a safety bound otherwise (default
-	// DefaultDedupTTL). Throttle: leave zero; the window is the TTL.
+	// TTL is the dedup window of a dedup policy with Until expiry (required
+	// there). Every other round lives until its job starts: Config.MaxAge
+	// past its latest due time, so TTL must be left zero. Throttle: leave
+	// zero; the window is the TTL.
 	TTL time.Duration
 	// Extend (debounce only): each event pushes the due time to event+Window,
 	// capped at first event+MaxWait. MaxWait is then required.
@@ -144,13 +146,6 @@ func (p Policy) WithDefaults() Policy {
 	case ModeDedup:
 		if p.Until == "" {
 			p.Until = UntilStart
-		}
-		if p.TTL == 0 && p.Until != UntilExpiry {
-			p.TTL = DefaultDedupTTL
-		}
-	case ModeDebounce:
-		if p.TTL == 0 {
-			p.TTL = p.latestDue() + DefaultGrace
 		}
 	case ModeThrottle:
 		if p.TTL == 0 {
@@ -208,6 +203,12 @@ func (p Policy) Validate() error {
 	if p.TTL > MaxTTL {
 		return bad("ttl", "%v is longer than the %v limit", p.TTL, MaxTTL)
 	}
+	if p.Window > MaxWindow {
+		return bad("window", "%v is longer than the %v limit", p.Window, MaxWindow)
+	}
+	if p.MaxWait > MaxWindow {
+		return bad("max_wait", "%v is longer than the %v limit", p.MaxWait, MaxWindow)
+	}
 	if p.Payload != PayloadAccumulate {
 		if p.MaxItems != 0 {
 			return bad("max_items", "only applies to payload accumulate; remove it or set payload: accumulate")
@@ -252,10 +253,14 @@ func (p Policy) validateDedup(bad badFunc) error {
 	if p.Window != 0 {
 		return bad("window", "dedup publishes at once and has no window; the dedup window is ttl")
 	}
-	if p.TTL == 0 {
+	if p.Until != UntilExpiry {
+		if p.TTL != 0 {
+			return bad("ttl", "only applies with until: expiry (the dedup window); with until: %s the reservation lives until its job %s, up to the stream's max_age, so no TTL can end it while workers are away: remove ttl", p.Until, map[Until]string{UntilStart: "starts", UntilSuccess: "succeeds"}[p.Until])
+		}
+	} else if p.TTL == 0 {
 		return bad("ttl", "required with until: expiry (it is the dedup window), e.g. ttl: 24h")
 	}
-	if p.TTL < time.Millisecond {
+	if p.Until == UntilExpiry && p.TTL < time.Millisecond {
 		return bad("ttl", "%v is shorter than 1ms", p.TTL)
 	}
 	if p.Payload != PayloadFirst {
@@ -301,10 +306,8 @@ func (p Policy) validateDebounce(bad badFunc) error {
 			return bad("max_wait", "%v is shorter than the window %v; the round could never be extended", p.MaxWait, p.Window)
 		}
 	}
-	latest := p.latestDue()
-	if p.TTL < latest+MinGrace {
-		return bad("ttl", "%v is shorter than the latest due time (%v after the first event) plus %v grace: the reservation would expire before the job starts and a second round would open; use at least %v or leave ttl unset",
-			p.TTL, latest, MinGrace, latest+MinGrace)
+	if p.TTL != 0 {
+		return bad("ttl", "no longer applies to debounce: a round lives until its job starts (up to the stream's max_age after its due time, so no TTL can expire it while workers are away); remove ttl")
 	}
 	return nil
 }

@@ -35,8 +35,11 @@ func TestPolicyValidation(t *testing.T) {
 		{"debounce window under 1s", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 500 * time.Millisecond}, "window", "fire up to ~0.5s late"},
 		{"extend without max wait", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, Extend: true}, "max_wait", "never run"},
 		{"max wait under window", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 10 * s, Extend: true, MaxWait: 5 * s}, "max_wait", "shorter than the window"},
-		{"ttl shorter than window plus grace", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 30 * s, TTL: 31 * s}, "ttl", "use at least 32s"},
-		{"ttl shorter than max wait plus grace", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 30 * s, Extend: true, MaxWait: time.Minute, TTL: 45 * s}, "ttl", "use at least 1m2s"},
+		{"ttl on debounce", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 30 * s, TTL: 10 * time.Minute}, "ttl", "no longer applies to debounce: a round lives until its job starts"},
+		{"ttl on extend", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 30 * s, Extend: true, MaxWait: time.Minute, TTL: 45 * s}, "ttl", "remove ttl"},
+		{"ttl on dedup until start", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, TTL: time.Hour}, "ttl", "with until: start the reservation lives until its job starts"},
+		{"ttl on dedup until success", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Until: debounce.UntilSuccess, TTL: time.Hour}, "ttl", "until its job succeeds"},
+		{"window over the limit", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 31 * 24 * time.Hour}, "window", "limit"},
 		{"max wait without extend", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, MaxWait: time.Minute}, "max_wait", "only applies"},
 		{"extend on dedup", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Extend: true}, "extend", "only applies to mode debounce"},
 		{"dedup with window", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Window: s}, "window", "the dedup window is ttl"},
@@ -54,7 +57,7 @@ func TestPolicyValidation(t *testing.T) {
 		{"negative max items", debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: s, Payload: debounce.PayloadAccumulate, MaxItems: -1}, "max_items", "at least 1"},
 		{"empty key field", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, KeyFields: []string{"a", ""}}, "key_fields", "entry 1 is empty"},
 		{"repeated key field", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, KeyFields: []string{"a", "a"}}, "key_fields", "listed twice"},
-		{"ttl over the limit", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, TTL: 365 * 24 * time.Hour}, "ttl", "limit"},
+		{"ttl over the limit", debounce.Policy{Type: "t", Mode: debounce.ModeDedup, Until: debounce.UntilExpiry, TTL: 365 * 24 * time.Hour}, "ttl", "limit"},
 		{"negative window", debounce.Policy{Type: "t", Mode: debounce.ModeThrottle, Window: -s}, "ttl", "negative"},
 	}
 	for _, tt := range tests {
@@ -81,15 +84,11 @@ func TestPolicyValidation(t *testing.T) {
 func TestPolicyDefaults(t *testing.T) {
 	t.Parallel()
 	p := debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: 30 * time.Second}.WithDefaults()
-	if p.TTL != 30*time.Second+debounce.DefaultGrace || p.Payload != debounce.PayloadFirst || p.Fail != debounce.FailOpen {
+	if p.TTL != 0 || p.Payload != debounce.PayloadFirst || p.Fail != debounce.FailOpen {
 		t.Errorf("debounce defaults: %+v", p)
 	}
-	p = debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: time.Second, Extend: true, MaxWait: time.Minute}.WithDefaults()
-	if p.TTL != time.Minute+debounce.DefaultGrace {
-		t.Errorf("extend TTL default %v", p.TTL)
-	}
 	p = debounce.Policy{Type: "t", Mode: debounce.ModeDedup}.WithDefaults()
-	if p.Until != debounce.UntilStart || p.TTL != debounce.DefaultDedupTTL {
+	if p.Until != debounce.UntilStart || p.TTL != 0 {
 		t.Errorf("dedup defaults: %+v", p)
 	}
 	p = debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadAccumulate}.WithDefaults()

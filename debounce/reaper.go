@@ -2,71 +2,147 @@ package debounce
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed scripts/reap.lua
-	reapLua    string
-	reapScript = redis.NewScript(reapLua)
-)
-
-// Reaper releases rounds that were reserved and never published: their
-// producer died between the two steps, and no event has joined them since
-// (an event that joins an unpublished round publishes it itself, so every
-// accepted event is in a published round). Left alone such a round would
-// live until its TTL; the reaper releases it after it stayed unpublished and
-// unchanged for one whole period between two passes. It knows nothing of
-// policies: it compares what it saw.
-type Reaper struct {
-	c    *Coalescer
-	seen map[string]string // key -> what the previous pass saw
+// A Locator tells whether the stream still holds a round's message: its
+// pending schedule, or its job waiting for (or held by) a worker. The
+// JetStream publisher is one. With it the reaper tells a round whose job
+// merely waits (left alone, however long) from one whose message the stream
+// lost (published again).
+type Locator interface {
+	Pending(ctx context.Context, job Job) (bool, error)
 }
+
+// Reaper looks after rounds that nothing else will close:
+//
+//   - Rounds reserved and never published: their producer died between the
+//     two steps, and no event has joined them since (an event that joins an
+//     unpublished round publishes it itself, so every accepted event is in
+//     a published round). The reaper releases such a round once it stayed
+//     unpublished and unchanged for one whole period between two passes.
+//   - Rounds overdue, RepairAfter past their due time and not taken, whose
+//     message the stream no longer holds (purged, removed by hand, a NATS
+//     store lost). Left alone such a round would take in events until its
+//     TTL for a job that will never run. Once two passes in a row find the
+//     message missing (and the round unchanged), the reaper publishes the
+//     job again from the round's identity (identity.go): the round's data
+//     reaches a job. A round whose message is still there (a backlog,
+//     workers away) is left alone. A packed round has an identity only once
+//     an event found it overdue; one that nobody joined since its message
+//     was lost cannot be published again (its opening args were in the
+//     message only) and stays until its TTL.
+//
+// Repairs need a Locator: the Coalescer's Publisher when it is one (the
+// JetStream publisher is); without one the reaper only releases unpublished
+// rounds.
+type Reaper struct {
+	c       *Coalescer
+	loc     Locator
+	seen    map[string]string    // unpublished: key -> what the previous pass saw
+	missing map[string]string    // overdue, message missing: key -> what the previous pass saw
+	present map[string]time.Time // overdue, message there: key|token -> not looked up again before
+	// MaxLookups bounds the Locator calls of one pass (DefaultMaxLookups):
+	// with workers away every round is overdue, and the rest wait for the
+	// next passes.
+	MaxLookups int
+}
+
+// DefaultMaxLookups bounds the stream lookups of one reaper pass.
+const DefaultMaxLookups = 10_000
+
+// recheckAfter is how long a round whose message was found is not looked up
+// again: its job waits for a worker.
+const recheckAfter = 5 * time.Minute
+
+// maxPresent bounds the rounds remembered as found.
+const maxPresent = 100_000
 
 // ReapReport counts one pass.
 type ReapReport struct {
 	Scanned    int // round keys looked at
 	Candidates int // unpublished now, remembered for the next pass
 	Released   int // unpublished and unchanged since the previous pass: released
+	Overdue    int // overdue rounds with an identity (repairable)
+	Lookups    int // overdue rounds looked up in the stream
+	Missing    int // of those, message missing (repaired if the next pass agrees)
+	Repaired   int // message missing two passes in a row: the job published again
 }
 
 // NewReaper returns a reaper for the coalescer's keys. Call Pass every period
-// (the daemon uses a minute): a round is released on the second pass that
-// finds it unpublished and unchanged. Not safe for concurrent Pass calls;
-// running reapers in several replicas is safe (releases are compare-and-delete).
-func (c *Coalescer) NewReaper() *Reaper { return &Reaper{c: c, seen: map[string]string{}} }
+// (the daemon uses a minute). Not safe for concurrent Pass calls; running
+// reapers in several replicas is safe (every change is compare-and-set on
+// the round's token and version).
+func (c *Coalescer) NewReaper() *Reaper {
+	r := &Reaper{c: c, seen: map[string]string{}, missing: map[string]string{}, present: map[string]time.Time{},
+		MaxLookups: DefaultMaxLookups}
+	r.loc, _ = c.pub.(Locator)
+	return r
+}
+
+// overdueRound is a round the pass may repair.
+type overdueRound struct {
+	rkey   string // round key
+	idKey  string // identity key (packed), "" for a hash round
+	state  string // token|version (hash) or token|repairs (packed): what a repair checks
+	job    Job
+	token  Token
+	marker string // the version (hash) or repair count (packed) seen
+}
 
 // Pass scans the rounds once.
 func (r *Reaper) Pass(ctx context.Context) (ReapReport, error) {
 	var (
-		mu   sync.Mutex // ForEachMaster scans the masters concurrently
-		rep  ReapReport
-		next = map[string]string{}
+		mu      sync.Mutex // ForEachMaster scans the masters concurrently
+		rep     ReapReport
+		next    = map[string]string{}
+		missing = map[string]string{}
+		overdue []overdueRound
 	)
+	now := r.c.now()
 	scan := func(ctx context.Context, client redis.Cmdable) error {
 		iter := client.Scan(ctx, 0, r.c.prefix+"{*", 1000).Iterator()
 		for iter.Next(ctx) {
 			key := iter.Val()
-			if !isRoundKey(r.c.prefix, key) {
+			kind := r.c.keyKind(key)
+			if kind == keyOther {
 				continue
 			}
 			mu.Lock()
 			rep.Scanned++
 			mu.Unlock()
-			state, unpublished, err := r.state(ctx, key)
+			if kind == keyIdentity {
+				o, ok, err := r.identityRound(ctx, key, now)
+				if err != nil {
+					return err
+				}
+				if ok {
+					mu.Lock()
+					overdue = append(overdue, o)
+					mu.Unlock()
+				}
+				continue
+			}
+			st, err := r.state(ctx, key, now)
 			if err != nil {
 				return err
 			}
-			if !unpublished {
+			if st.overdue != nil {
+				mu.Lock()
+				overdue = append(overdue, *st.overdue)
+				mu.Unlock()
+			}
+			if !st.unpublished {
 				continue
 			}
-			if prev, ok := r.seen[key]; ok && prev == state {
-				value, count, _ := strings.Cut(state, "|")
+			if prev, ok := r.seen[key]; ok && prev == st.compare {
+				value, count, _ := strings.Cut(st.compare, "|")
 				n, err := reapScript.Run(ctx, r.c.rdb, []string{key}, value, count).Int()
 				if err != nil {
 					return err
@@ -77,7 +153,7 @@ func (r *Reaper) Pass(ctx context.Context) (ReapReport, error) {
 				continue
 			}
 			mu.Lock()
-			next[key] = state
+			next[key] = st.compare
 			rep.Candidates++
 			mu.Unlock()
 		}
@@ -93,40 +169,183 @@ func (r *Reaper) Pass(ctx context.Context) (ReapReport, error) {
 		return rep, fmt.Errorf("%w: reaper: %w", ErrStoreUnavailable, err)
 	}
 	r.seen = next
+	rep.Overdue = len(overdue)
+	if r.loc != nil {
+		if err := r.repair(ctx, overdue, now, missing, &rep); err != nil {
+			return rep, err
+		}
+		r.missing = missing
+	}
 	return rep, nil
 }
 
-// isRoundKey: prefix "{" digest "}" with no suffix, or the throttle trailing
-// round's "t"; not the taken copies ("x…", "tx…") Finish cleans up.
-func isRoundKey(prefix, key string) bool {
-	if len(key) != len(prefix)+digestLen+2 && len(key) != len(prefix)+digestLen+3 {
-		return false
+// repair looks the overdue rounds up in the stream and publishes again the
+// jobs of those missing for the second pass in a row.
+func (r *Reaper) repair(ctx context.Context, overdue []overdueRound, now time.Time, missing map[string]string, rep *ReapReport) error {
+	if len(r.present) > maxPresent {
+		for k, t := range r.present {
+			if now.After(t) {
+				delete(r.present, k)
+			}
+		}
 	}
-	suffix := key[len(prefix)+digestLen+2:]
-	return key[len(prefix)+digestLen+1] == '}' && (suffix == "" || suffix == "t")
+	for _, o := range overdue {
+		id := o.rkey + "|" + o.state
+		if t, ok := r.present[id]; ok && now.Before(t) {
+			continue
+		}
+		if rep.Lookups >= r.MaxLookups {
+			if prev, ok := r.missing[o.rkey]; ok {
+				missing[o.rkey] = prev // not looked up this time: keep what was seen
+			}
+			continue
+		}
+		rep.Lookups++
+		found, err := r.loc.Pending(ctx, o.job)
+		if err != nil {
+			return fmt.Errorf("debounce: reaper: look up %s round %s of %s: %w", o.job.Type, o.job.Token, o.job.Key, err)
+		}
+		if found {
+			if len(r.present) < maxPresent {
+				r.present[id] = now.Add(recheckAfter)
+			}
+			continue
+		}
+		if r.missing[o.rkey] != o.state {
+			missing[o.rkey] = o.state // first sighting: the next pass confirms
+			rep.Missing++
+			continue
+		}
+		ok, err := r.republish(ctx, o)
+		if err != nil {
+			return err
+		}
+		if ok {
+			rep.Repaired++
+		}
+	}
+	return nil
 }
 
-// state reads a round: its identity as the reaper compares it, and whether
-// it is unpublished.
-func (r *Reaper) state(ctx context.Context, key string) (string, bool, error) {
+// republish takes a new version of the round and publishes its job again.
+func (r *Reaper) republish(ctx context.Context, o overdueRound) (bool, error) {
+	var res []int64
+	var err error
+	if o.idKey == "" {
+		res, err = repairRoundScript.Run(ctx, r.c.rdb, []string{o.rkey}, strconv.FormatUint(uint64(o.token), 10), o.marker).Int64Slice()
+	} else {
+		exp, rnd := o.token.packedParts()
+		res, err = repairPackedScript.Run(ctx, r.c.rdb, []string{o.rkey, o.idKey}, exp, rnd, o.marker).Int64Slice()
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: reaper: repair %s round %s: %w", ErrStoreUnavailable, o.job.Type, o.token, err)
+	}
+	if len(res) < 2 || res[0] != 1 {
+		return false, nil // taken, cancelled or repaired meanwhile
+	}
+	job := o.job
+	job.Version = int(res[1])
+	if err := r.c.publish(ctx, job); err != nil {
+		return false, fmt.Errorf("debounce: reaper: %w", err)
+	}
+	r.c.log.WarnContext(ctx, "reaper: the stream had lost this round's message; published its job again",
+		"job_type", job.Type, "key", job.Key.String(), "token", job.Token.String(), "version", job.Version,
+		"due_at", dueOf(job), "opened_at", job.OpenedAt)
+	return true, nil
+}
+
+// Kinds of the keys under the prefix.
+const (
+	keyOther    = iota
+	keyRound    // a round: prefix "{" digest "}", or a trailing round ("t")
+	keyIdentity // a packed round's identity ("j", "tj")
+)
+
+// keyKind tells rounds and identity keys from the taken copies ("x…",
+// "tx…") Finish cleans up.
+func (c *Coalescer) keyKind(key string) int {
+	n := len(c.prefix) + digestLen + 2
+	if len(key) < n || len(key) > n+2 || key[n-1] != '}' {
+		return keyOther
+	}
+	switch key[n:] {
+	case "", "t":
+		return keyRound
+	case "j", "tj":
+		return keyIdentity
+	}
+	return keyOther
+}
+
+// roundState is what one pass reads of a round.
+type roundState struct {
+	compare     string // the round's identity as the unpublished check compares it
+	unpublished bool
+	overdue     *overdueRound // a hash round with an identity, overdue
+}
+
+// state reads a round.
+func (r *Reaper) state(ctx context.Context, key string, now time.Time) (roundState, error) {
 	typ, err := r.c.rdb.Type(ctx, key).Result()
 	if err != nil {
-		return "", false, err
+		return roundState{}, err
 	}
 	switch typ {
 	case "string":
 		v, err := r.c.rdb.Get(ctx, key).Uint64()
 		if err != nil {
-			return "", false, nil // gone meanwhile
+			return roundState{}, nil // gone meanwhile
 		}
-		return fmt.Sprint(v) + "|", !packed(v).published(), nil
+		return roundState{compare: fmt.Sprint(v) + "|", unpublished: !packed(v).published()}, nil
 	case "hash":
-		f, err := r.c.rdb.HMGet(ctx, key, "t", "n", "p").Result()
-		if err != nil || len(f) != 3 || f[0] == nil {
-			return "", false, nil
+		f, err := r.c.rdb.HMGet(ctx, key, "t", "n", "p", "v", "d", "f", "j").Result()
+		if err != nil || len(f) != 7 || f[0] == nil {
+			return roundState{}, nil
 		}
-		return fmt.Sprint(f[0]) + "|" + fmt.Sprint(f[1]), fmt.Sprint(f[2]) == "0", nil
+		str := func(i int) string { s, _ := f[i].(string); return s }
+		st := roundState{compare: str(0) + "|" + str(1), unpublished: str(2) == "0"}
+		if st.unpublished || f[6] == nil {
+			return st, nil // no identity: opened by an older version
+		}
+		due, _ := strconv.ParseInt(str(4), 10, 64)
+		if !now.After(msTime(due).Add(r.c.repair)) {
+			return st, nil
+		}
+		_, job, err := parseIdentity(str(6))
+		if err != nil {
+			r.c.log.WarnContext(ctx, "reaper: unreadable round identity", "key", key, "err", err)
+			return st, nil
+		}
+		tok, _ := strconv.ParseUint(str(0), 10, 64)
+		opened, _ := strconv.ParseInt(str(5), 10, 64)
+		job.Token, job.DueAt, job.OpenedAt = Token(tok), msTime(due), msTime(opened)
+		st.overdue = &overdueRound{rkey: key, state: str(0) + "|" + str(3), job: job, token: job.Token, marker: str(3)}
+		return st, nil
 	default:
-		return "", false, nil
+		return roundState{}, nil
 	}
+}
+
+// identityRound reads a packed round's identity key: the round, if overdue.
+func (r *Reaper) identityRound(ctx context.Context, key string, now time.Time) (overdueRound, bool, error) {
+	f, err := r.c.rdb.HMGet(ctx, key, "j", "r").Result()
+	if err != nil {
+		return overdueRound{}, false, err
+	}
+	raw, _ := f[0].(string)
+	repairs, _ := f[1].(string)
+	if raw == "" {
+		return overdueRound{}, false, nil
+	}
+	_, job, err := parseIdentity(raw)
+	if err != nil || job.Token == 0 {
+		r.c.log.WarnContext(ctx, "reaper: unreadable round identity", "key", key, "err", err)
+		return overdueRound{}, false, nil
+	}
+	if !now.After(dueOf(job).Add(r.c.repair)) {
+		return overdueRound{}, false, nil
+	}
+	o := overdueRound{rkey: strings.TrimSuffix(key, "j"), idKey: key, job: job, token: job.Token, marker: repairs,
+		state: job.Token.String() + "|" + repairs}
+	return o, true, nil
 }

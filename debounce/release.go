@@ -173,14 +173,14 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 	key := c.jobRedisKey(job)
 	if !job.Token.isHashToken() {
 		exp, rnd := job.Token.packedParts()
-		res, err := releasePackedScript.Run(ctx, c.rdb, []string{key, c.takenKey(job)}, exp, rnd, op, TakenRetention.Milliseconds()).Int64Slice()
+		res, err := releasePackedScript.Run(ctx, c.rdb, []string{key, c.takenKey(job), identityKey(key)}, exp, rnd, op, TakenRetention.Milliseconds()).Int64Slice()
 		if err != nil {
 			return Release{}, err
 		}
 		switch res[0] {
 		case 1, 3:
 			v := packed(res[1])
-			last := msTime(exp - v.remaining()*unitFor(job.TTL))
+			last := v.lastSeen(exp, job.TTL)
 			first := job.OpenedAt
 			if last.Before(first) {
 				last = first
@@ -328,14 +328,14 @@ func (c *Coalescer) inspectKey(ctx context.Context, p *compiled, key RoundKey, k
 		if window {
 			lifetime = p.Window
 		}
-		r.LastSeen = msTime(expMs - v.remaining()*unitFor(lifetime))
+		r.LastSeen = v.lastSeen(expMs, lifetime)
 		switch {
 		case window:
 			r.FirstSeen = r.ExpiresAt.Add(-p.Window)
 		case p.Mode == ModeThrottle:
-			r.DueAt = r.ExpiresAt.Add(-p.trailingGrace)
+			r.DueAt = r.ExpiresAt.Add(-p.trailingLife)
 		default:
-			r.FirstSeen = r.ExpiresAt.Add(-p.TTL)
+			r.FirstSeen = r.ExpiresAt.Add(-lifetime)
 			if p.Mode == ModeDebounce {
 				r.DueAt = r.FirstSeen.Add(p.Window)
 			}

@@ -22,6 +22,14 @@ var (
 	takeRoundLua string
 	//go:embed scripts/mark_round.lua
 	markRoundLua string
+	//go:embed scripts/reap.lua
+	reapLua string
+	//go:embed scripts/note_overdue.lua
+	noteOverdueLua string
+	//go:embed scripts/repair_packed.lua
+	repairPackedLua string
+	//go:embed scripts/repair_round.lua
+	repairRoundLua string
 
 	openPackedScript    = redis.NewScript(openPackedLua)
 	releasePackedScript = redis.NewScript(releasePackedLua)
@@ -29,4 +37,8 @@ var (
 	openRoundScript     = redis.NewScript(openRoundLua)
 	takeRoundScript     = redis.NewScript(takeRoundLua)
 	markRoundScript     = redis.NewScript(markRoundLua)
+	reapScript          = redis.NewScript(reapLua)
+	noteOverdueScript   = redis.NewScript(noteOverdueLua)
+	repairPackedScript  = redis.NewScript(repairPackedLua)
+	repairRoundScript   = redis.NewScript(repairRoundLua)
 )

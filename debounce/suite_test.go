@@ -138,14 +138,24 @@ type fixture struct {
 
 func newFixture(t *testing.T, b backend, policies ...debounce.Policy) *fixture {
 	t.Helper()
+	return newFixtureWith(t, b, nil, policies...)
+}
+
+// newFixtureWith lets a test change the Coalescer's config (say MaxAge).
+func newFixtureWith(t *testing.T, b backend, edit func(*debounce.Config), policies ...debounce.Policy) *fixture {
+	t.Helper()
 	f := &fixture{pub: &recorder{}, clock: newClock(b), b: b, prefix: testenv.Prefix(t)}
-	c, err := debounce.New(debounce.Config{
+	cfg := debounce.Config{
 		Redis:     b.rdb,
 		Publisher: f.pub,
 		Policies:  policies,
 		Prefix:    f.prefix,
 		Now:       f.clock.Now,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	c, err := debounce.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,17 +556,14 @@ func itemSet(items []json.RawMessage) string {
 func TestFencingAfterExpiry(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		f := newFixture(t, b,
-			debounce.Policy{Type: "packed", Mode: debounce.ModeDedup, TTL: 300 * time.Millisecond},
-			debounce.Policy{Type: "hash", Mode: debounce.ModeDebounce, Window: time.Second, TTL: 3 * time.Second, Payload: debounce.PayloadLast},
+		// A short MaxAge lets the rounds expire: window + MaxAge = 1.3 s.
+		f := newFixtureWith(t, b, func(c *debounce.Config) { c.MaxAge = 300 * time.Millisecond },
+			debounce.Policy{Type: "packed", Mode: debounce.ModeDebounce, Window: time.Second},
+			debounce.Policy{Type: "hash", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadLast},
 		)
 		for _, typ := range []string{"packed", "hash"} {
 			old := f.submit(t, typ, `{"x":1}`)
-			ttl := 300 * time.Millisecond
-			if typ == "hash" {
-				ttl = 3 * time.Second
-			}
-			expire(t, f, typ, old.Key, ttl)
+			expire(t, f, typ, old.Key, 1300*time.Millisecond)
 			fresh := f.submit(t, typ, `{"x":1}`)
 			if fresh.Outcome == debounce.OutcomeCoalesced || fresh.Outcome == debounce.OutcomeDuplicate || fresh.Round == old.Round {
 				t.Fatalf("%s: after expiry %+v, want a new round", typ, fresh)
@@ -570,9 +577,7 @@ func TestFencingAfterExpiry(t *testing.T) {
 					newJob = j
 				}
 			}
-			if typ == "hash" {
-				f.clock.Advance(1100 * time.Millisecond) // past the 1s window
-			}
+			f.clock.Advance(1100 * time.Millisecond) // past the new round's 1s window
 			if rel := f.start(t, oldJob); rel.Result != debounce.ReleaseStaleToken {
 				t.Errorf("%s: old token released %s, want stale_token", typ, rel.Result)
 			}

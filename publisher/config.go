@@ -8,16 +8,22 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/coalesce-io/coalesce/debounce"
 )
 
 // Defaults of Config, taken where a field is zero.
 const (
-	DefaultStream       = "COALESCE"
-	DefaultPrefix       = "co"
-	DefaultReplicas     = 1
-	DefaultDuplicates   = 10 * time.Minute // Nats-Msg-Id window: a re-publish of a round version inside it is dropped
-	DefaultRetention    = RetentionWorkQueue
-	DefaultStorage      = StorageFile
+	DefaultStream     = "COALESCE"
+	DefaultPrefix     = "co"
+	DefaultReplicas   = 1
+	DefaultDuplicates = 10 * time.Minute // Nats-Msg-Id window: a re-publish of a round version inside it is dropped
+	DefaultRetention  = RetentionWorkQueue
+	DefaultStorage    = StorageFile
+	// DefaultMaxAge is how long the stream keeps a job no worker has taken
+	// (debounce.DefaultMaxAge): rounds live as long, so a job that starts
+	// within it finds its round's data.
+	DefaultMaxAge       = debounce.DefaultMaxAge
 	DefaultAckTimeout   = 5 * time.Second // wait for one publish ack before trying again
 	DefaultMaxAttempts  = 5
 	DefaultRetryBackoff = 50 * time.Millisecond // first pause between attempts; doubles up to MaxRetryBackoff
@@ -55,7 +61,10 @@ type Config struct {
 	Duplicates time.Duration // duplicate (Nats-Msg-Id) window; DefaultDuplicates
 	Retention  Retention     // DefaultRetention; Limits allowed, Interest refused
 	Storage    Storage       // DefaultStorage
-	MaxAge     time.Duration // oldest message kept; 0 keeps them until consumed or purged
+	// MaxAge is the oldest message kept (jobs waiting for a worker, dead
+	// letters): DefaultMaxAge, at most debounce.MaxMaxAge. The Coalescer
+	// keeps each round as long past its due time (debounce.Config.MaxAge).
+	MaxAge time.Duration
 
 	AckTimeout   time.Duration // per-attempt wait for the stream's ack; DefaultAckTimeout
 	MaxAttempts  int           // attempts per publish on stalls, timeouts and no responders; DefaultMaxAttempts
@@ -83,6 +92,7 @@ func (c Config) withDefaults() Config {
 	c.Replicas = cmp.Or(c.Replicas, DefaultReplicas)
 	c.Duplicates = cmp.Or(c.Duplicates, DefaultDuplicates)
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.MaxAge = cmp.Or(c.MaxAge, DefaultMaxAge)
 	c.Storage = cmp.Or(c.Storage, DefaultStorage)
 	c.AckTimeout = cmp.Or(c.AckTimeout, DefaultAckTimeout)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
@@ -110,8 +120,8 @@ func (c Config) validate() error {
 	if c.Duplicates < 0 {
 		return fmt.Errorf("%w: Duplicates %v must not be negative", ErrInvalidConfig, c.Duplicates)
 	}
-	if c.MaxAge < 0 {
-		return fmt.Errorf("%w: MaxAge %v must not be negative (0 keeps messages)", ErrInvalidConfig, c.MaxAge)
+	if c.MaxAge < time.Second || c.MaxAge > debounce.MaxMaxAge {
+		return fmt.Errorf("%w: MaxAge %v must be between 1s and %v (0 takes the default %v): rounds live as long as their jobs wait in the stream, and no longer than that", ErrInvalidConfig, c.MaxAge, debounce.MaxMaxAge, DefaultMaxAge)
 	}
 	if c.MaxAge > 0 && c.Duplicates > c.MaxAge {
 		return fmt.Errorf("%w: Duplicates %v must not exceed MaxAge %v", ErrInvalidConfig, c.Duplicates, c.MaxAge)

@@ -32,7 +32,7 @@ func ExampleNew() {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 
-	p, err := publisher.New(ctx, js, nil) // stream COALESCE on co.sched.>, co.jobs.>, co.dead.>
+	p, err := publisher.New(ctx, js, nil) // stream COALESCE on co.sched.>, co.run.>, co.jobs.>, co.dead.>
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -51,9 +51,9 @@ func ExampleNew() {
 	}
 	fmt.Println("scheduled on", p.Subjects().Schedule(job.Type, job.Key, job.Token))
 
-	// The worker's side: consume the job subject.
+	// The worker's side: consume the job's run subjects.
 	cons, _ := js.CreateOrUpdateConsumer(ctx, p.Stream(), jetstream.ConsumerConfig{
-		Durable: "worker", FilterSubject: p.Subjects().AllJobs(), AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: "worker", FilterSubject: p.Subjects().Runs(job.Type), AckPolicy: jetstream.AckExplicitPolicy,
 	})
 	msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
 	if err != nil {
@@ -71,7 +71,7 @@ func ExampleNew() {
 	fmt.Println("not before due:", !time.Now().Before(got.DueAt))
 	// Output:
 	// scheduled on co.sched.recompute_financials.3c1cff38a1124412806965534e6afe28b1aba8bea42329231848d06d1b57a68b.000000000000002a
-	// fired on co.jobs.recompute_financials
+	// fired on co.run.recompute_financials.3c1cff38a1124412806965534e6afe28b1aba8bea42329231848d06d1b57a68b.000000000000002a
 	// round 000000000000002a version 0 args {"tenant_id":42}
 	// not before due: true
 }

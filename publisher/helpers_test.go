@@ -107,7 +107,7 @@ func collect(t testing.TB, p *publisher.Publisher, js jetstream.JetStream) *coll
 	ctx := testCtx(t)
 	c, err := js.CreateOrUpdateConsumer(ctx, p.Stream(), jetstream.ConsumerConfig{
 		Durable:       "test-jobs",
-		FilterSubject: p.Subjects().AllJobs(),
+		FilterSubject: p.Subjects().AllRuns(),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		MaxAckPending: 100000,
 	})

@@ -26,6 +26,7 @@ import (
 // JetStream connection (async publish, one ack wait per call).
 type Publisher struct {
 	js        jetstream.JetStream
+	stream    jetstream.Stream // for lookups (Pending)
 	cfg       Config
 	subjects  Subjects
 	log       *slog.Logger
@@ -33,7 +34,10 @@ type Publisher struct {
 	apiPrefix string // JetStream API prefix of js, for raw requests
 }
 
-var _ debounce.Publisher = (*Publisher)(nil)
+var (
+	_ debounce.Publisher = (*Publisher)(nil)
+	_ debounce.Locator   = (*Publisher)(nil)
+)
 
 // New checks that the server js is connected to runs nats-server >=
 // MinServerVersion, then creates the stream or updates it to cfg
@@ -101,6 +105,7 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: stream %s: %w", ErrProvision, sc.Name, err)
 	}
+	p.stream = s
 	info := s.CachedInfo()
 	if info == nil || !info.Config.AllowMsgSchedules {
 		return fmt.Errorf("%w: stream %s on nats-server %s came back without allow_msg_schedules; schedules would be stored and never fire (need nats-server >= %s)",
@@ -143,15 +148,20 @@ func parseVersion(v string) (major, minor int, ok bool) {
 // Subjects returns the subjects of the publisher's prefix.
 func (p *Publisher) Subjects() Subjects { return p.subjects }
 
+// MaxAge is how long the stream keeps a job no worker has taken (Config.MaxAge);
+// a Coalescer built on this publisher keeps its rounds as long.
+func (p *Publisher) MaxAge() time.Duration { return p.cfg.MaxAge }
+
 // Stream returns the stream's name.
 func (p *Publisher) Stream() string { return p.cfg.Stream }
 
 // ServerVersion returns the nats-server version found by New.
 func (p *Publisher) ServerVersion() string { return p.version }
 
-// Message returns the message Publish would send for job at now: on the job
-// subject when the job is immediate or already due (first version), else a
-// schedule on the round's schedule subject targeting the job subject. Headers are
+// Message returns the message Publish would send for job at now: on the
+// round's run subject when the job is immediate or already due (first
+// version), else a schedule on the round's schedule subject targeting the run
+// subject. Headers are
 // EncodeHeaders(job) plus Nats-Msg-Id (key, token and version; random for a
 // bypassed job) and, for a schedule, Nats-Schedule ("@at" RFC 3339 with
 // nanoseconds, UTC) and Nats-Schedule-Target.
@@ -169,7 +179,7 @@ func (p *Publisher) Message(job debounce.Job, now time.Time) (*nats.Msg, error) 
 		// JetStream deduplicates ids across the whole stream.
 		h.Set(jetstream.MsgIDHeader, job.Key.String()+"-"+round+"-"+strconv.Itoa(job.Version))
 	}
-	target := p.subjects.Job(job.Type)
+	target := p.subjects.run(job.Type, job.Key, round)
 	m := &nats.Msg{Subject: target, Header: h, Data: job.Args}
 	// A reschedule (Version > 0) always goes on the round's schedule subject,
 	// even when due now or past: it must replace the pending schedule, which
@@ -351,6 +361,32 @@ func retryable(err error) bool {
 		errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrDisconnected) ||
 		errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// Pending reports whether the stream still holds a message of job's round:
+// its pending schedule, or its job on the round's run subject (waiting for a
+// worker, or held by one). It implements debounce.Locator: the reaper asks
+// it before it publishes a round's job again. The schedule is looked up
+// first: a schedule that fires meanwhile has stored its job by then.
+func (p *Publisher) Pending(ctx context.Context, job debounce.Job) (bool, error) {
+	if job.Token == 0 {
+		return false, fmt.Errorf("%w: %s: a bypassed job has no round to look up", ErrInvalidJob, job.Type)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cmp.Or(p.js.Options().DefaultTimeout, 5*time.Second))
+		defer cancel()
+	}
+	for _, subj := range []string{p.subjects.Schedule(job.Type, job.Key, job.Token), p.subjects.Run(job.Type, job.Key, job.Token)} {
+		_, err := p.stream.GetLastMsgForSubject(ctx, subj)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, fmt.Errorf("publisher: look up %s on stream %s: %w", subj, p.cfg.Stream, err)
+		}
+	}
+	return false, nil
 }
 
 // Cancel purges the pending schedule of one round of key, or, for the zero

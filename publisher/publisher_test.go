@@ -33,8 +33,8 @@ func TestProvision(t *testing.T) {
 		{name: "defaults", want: func(t *testing.T, si *jetstream.StreamInfo) {
 			c := si.Config
 			if c.Name != "COALESCE" || c.Retention != jetstream.WorkQueuePolicy || c.Storage != jetstream.FileStorage ||
-				c.Replicas != 1 || c.Duplicates != 10*time.Minute || c.MaxAge != 0 || !c.AllowMsgSchedules ||
-				!reflect.DeepEqual(c.Subjects, []string{"co.sched.>", "co.jobs.>", "co.dead.>"}) {
+				c.Replicas != 1 || c.Duplicates != 10*time.Minute || c.MaxAge != 7*24*time.Hour || !c.AllowMsgSchedules ||
+				!reflect.DeepEqual(c.Subjects, []string{"co.sched.>", "co.run.>", "co.jobs.>", "co.dead.>"}) {
 				t.Fatalf("stream config %+v", c)
 			}
 		}},
@@ -176,7 +176,7 @@ func TestScheduleFires(t *testing.T) {
 		t.Fatalf("fired early: stored %v, received %v, due %v", st, f.at, job.DueAt)
 	}
 	t.Logf("fired %v after due (received %v after)", f.stored(t).Sub(job.DueAt), f.at.Sub(job.DueAt))
-	if s := f.msg.Subject(); s != "co.jobs.billing.recompute" {
+	if s := f.msg.Subject(); s != p.Subjects().Run(job.Type, job.Key, job.Token) || !strings.HasPrefix(s, "co.run.billing.recompute.") {
 		t.Fatalf("fired on %s", s)
 	}
 	h := f.msg.Headers()

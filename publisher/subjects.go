@@ -13,12 +13,16 @@ import (
 // Subjects names the NATS subjects of one stream prefix. The worker and the
 // admin tools use it to find jobs, schedules and dead letters:
 //
-//	<prefix>.jobs.<type>                        jobs to run (schedule targets)
+//	<prefix>.run.<type>.<key hex>.<token hex>   the job of one round, to run (schedule target)
 //	<prefix>.sched.<type>.<key hex>.<token hex> the pending schedule of one round
 //	<prefix>.dead.<type>                        dead letters
+//	<prefix>.jobs.<type>                        jobs published before the run subjects (still consumed)
 //
 // A job type may contain dots; the key and token are always the last two
-// tokens of a schedule subject, so subjects of different types never collide.
+// tokens of a run or schedule subject, so subjects of different types never
+// collide, and a round's job can be looked up by its subject: the reaper
+// tells a job waiting for a worker from one the stream lost that way. A job
+// published without a reservation (bypassed) has a one-off token there.
 type Subjects struct {
 	Prefix string // DefaultPrefix when empty
 }
@@ -30,7 +34,39 @@ func (s Subjects) prefix() string {
 	return s.Prefix
 }
 
-// Job returns the subject jobs of jobType are published (and fired) on.
+// Run returns the subject the job of one round of jobType is published (or
+// fired) on.
+func (s Subjects) Run(jobType string, key debounce.RoundKey, token debounce.Token) string {
+	return s.run(jobType, key, token.String())
+}
+
+func (s Subjects) run(jobType string, key debounce.RoundKey, round string) string {
+	return s.prefix() + ".run." + jobType + "." + key.String() + "." + round
+}
+
+// Runs returns a wildcard subject matching the jobs of every round of
+// jobType, for a consumer filter.
+func (s Subjects) Runs(jobType string) string { return s.prefix() + ".run." + jobType + ".*.*" }
+
+// RunType returns the job type of a run subject, or "" when subject is not one.
+func (s Subjects) RunType(subject string) string {
+	rest, ok := strings.CutPrefix(subject, s.prefix()+".run.")
+	if !ok {
+		return ""
+	}
+	for range 2 {
+		i := strings.LastIndexByte(rest, '.')
+		if i <= 0 {
+			return ""
+		}
+		rest = rest[:i]
+	}
+	return rest
+}
+
+// Job returns the subject coalesce published the jobs of jobType on before
+// run subjects: a worker still consumes it, so that jobs queued by an older
+// producer run.
 func (s Subjects) Job(jobType string) string { return s.prefix() + ".jobs." + jobType }
 
 // Schedule returns the subject of one round's pending schedule. Publishing
@@ -57,17 +93,25 @@ func (s Subjects) KeySchedules(jobType string, key debounce.RoundKey) string {
 // Dead returns the dead-letter subject of jobType.
 func (s Subjects) Dead(jobType string) string { return s.prefix() + ".dead." + jobType }
 
-// Stream returns the subjects the stream must cover: schedules, jobs and
-// dead letters.
+// Stream returns the subjects the stream must cover: schedules, jobs (run
+// subjects and the older job subjects) and dead letters.
 func (s Subjects) Stream() []string {
 	p := s.prefix()
-	return []string{p + ".sched.>", p + ".jobs.>", p + ".dead.>"}
+	return []string{p + ".sched.>", p + ".run.>", p + ".jobs.>", p + ".dead.>"}
 }
 
-// AllJobs returns a wildcard subject matching the jobs of every type, for a
+// AllRuns returns a wildcard subject matching the jobs of every type, for a
 // consumer filter. (Consumers must never cover the schedule subjects: on a
 // WorkQueue stream consuming a schedule deletes it.)
+func (s Subjects) AllRuns() string { return s.prefix() + ".run.>" }
+
+// AllJobs returns a wildcard subject matching the older job subjects of
+// every type.
 func (s Subjects) AllJobs() string { return s.prefix() + ".jobs.>" }
+
+// Consumer returns the filters of a consumer of jobType's jobs: its run
+// subjects and its older job subject.
+func (s Subjects) Consumer(jobType string) []string { return []string{s.Runs(jobType), s.Job(jobType)} }
 
 // validateJobType checks jobType is a job type (fingerprint.ValidateType)
 // that also makes a NATS subject: no empty tokens, so no ".." and no trailing ".".

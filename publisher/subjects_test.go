@@ -22,6 +22,13 @@ func TestSubjects(t *testing.T) {
 		got  string
 		want string
 	}{
+		{"run", publisher.Subjects{}.Run("recompute", key, tok), "co.run.recompute." + hex + ".0123456789abcdef"},
+		{"dotted run", publisher.Subjects{}.Run("billing.recompute", key, tok), "co.run.billing.recompute." + hex + ".0123456789abcdef"},
+		{"runs of a type", publisher.Subjects{}.Runs("billing.recompute"), "co.run.billing.recompute.*.*"},
+		{"run type", publisher.Subjects{}.RunType("co.run.billing.recompute." + hex + ".0123456789abcdef"), "billing.recompute"},
+		{"not a run subject", publisher.Subjects{}.RunType("co.jobs.recompute"), ""},
+		{"run subject without a round", publisher.Subjects{}.RunType("co.run.x"), ""},
+		{"all runs", publisher.Subjects{}.AllRuns(), "co.run.>"},
 		{"job", publisher.Subjects{}.Job("recompute"), "co.jobs.recompute"},
 		{"dotted job", publisher.Subjects{}.Job("billing.recompute"), "co.jobs.billing.recompute"},
 		{"schedule", publisher.Subjects{}.Schedule("billing.recompute", key, tok), "co.sched.billing.recompute." + hex + ".0123456789abcdef"},
@@ -39,7 +46,10 @@ func TestSubjects(t *testing.T) {
 			}
 		})
 	}
-	if got := (publisher.Subjects{}).Stream(); !reflect.DeepEqual(got, []string{"co.sched.>", "co.jobs.>", "co.dead.>"}) {
+	if got := (publisher.Subjects{}).Consumer("a.b"); !reflect.DeepEqual(got, []string{"co.run.a.b.*.*", "co.jobs.a.b"}) {
+		t.Fatalf("consumer filters %v", got)
+	}
+	if got := (publisher.Subjects{}).Stream(); !reflect.DeepEqual(got, []string{"co.sched.>", "co.run.>", "co.jobs.>", "co.dead.>"}) {
 		t.Fatalf("stream subjects %v", got)
 	}
 }

@@ -30,20 +30,30 @@ type stack struct {
 	js  jetstream.JetStream
 	pub *publisher.Publisher
 	co  *debounce.Coalescer
-	rdb *redis.Client
+	rdb redis.UniversalClient
 }
 
 func newStack(t *testing.T, srv *testenv.NATSServer, policies ...debounce.Policy) *stack {
 	t.Helper()
-	s := &stack{rdb: testenv.SharedRedis(t).Client(t)}
+	return newStackWith(t, srv, testenv.SharedRedis(t).Client(t), nil, policies...)
+}
+
+// newStackWith builds a stack on rdb, with edit applied to the Coalescer's
+// config.
+func newStackWith(t *testing.T, srv *testenv.NATSServer, rdb redis.UniversalClient, edit func(*debounce.Config), policies ...debounce.Policy) *stack {
+	t.Helper()
+	s := &stack{rdb: rdb}
 	s.nc, s.js = srv.Connect(t)
 	ctx := context.Background()
 	var err error
 	if s.pub, err = publisher.New(ctx, s.js, nil); err != nil {
 		t.Fatal(err)
 	}
-	s.co, err = debounce.New(debounce.Config{Redis: s.rdb, Publisher: s.pub, Policies: policies, Prefix: testenv.Prefix(t)})
-	if err != nil {
+	cfg := debounce.Config{Redis: s.rdb, Publisher: s.pub, Policies: policies, Prefix: testenv.Prefix(t)}
+	if edit != nil {
+		edit(&cfg)
+	}
+	if s.co, err = debounce.New(cfg); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -187,14 +187,14 @@ func ConsumerName(prefix, jobType string) string {
 // Consumer creates or updates the durable consumer of one job type.
 func (w *Worker) Consumer(ctx context.Context, jobType string) (jetstream.Consumer, error) {
 	cons, err := w.cfg.JetStream.CreateOrUpdateConsumer(ctx, w.cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       ConsumerName(w.cfg.Durable, jobType),
-		FilterSubject: w.cfg.Subjects.Job(jobType),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       w.cfg.AckWait,
-		MaxDeliver:    -1, // the worker dead-letters after MaxDeliver itself
-		MaxAckPending: max(w.cfg.Concurrency*4, 64),
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		Description:   "coalesce worker for " + jobType,
+		Durable:        ConsumerName(w.cfg.Durable, jobType),
+		FilterSubjects: w.cfg.Subjects.Consumer(jobType),
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        w.cfg.AckWait,
+		MaxDeliver:     -1, // the worker dead-letters after MaxDeliver itself
+		MaxAckPending:  max(w.cfg.Concurrency*4, 64),
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		Description:    "coalesce worker for " + jobType,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s on stream %s: %w", ErrConsumer, jobType, w.cfg.Stream, err)

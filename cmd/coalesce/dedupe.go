@@ -16,8 +16,8 @@ const dedupeSynopsis = `dedupe-stream [--type T] [--fields T=a,b] [--apply] [--c
 
 A one-off clean-up of a job stream already flooded with duplicates (jobs
 published before the producers went through coalesce): it compares the
-fingerprints of the jobs still pending on <prefix>.jobs.<type>, keeps the
-oldest of each, and removes the confirmed duplicates. Jobs a worker has
+fingerprints of the jobs still pending on <prefix>.jobs.<type> (and on
+coalesce's <prefix>.run.<type>.<key>.<round>), keeps the oldest of each, and removes the confirmed duplicates. Jobs a worker has
 received and not yet acknowledged are never touched.
 
 A dry run by default: it prints what it would remove. --apply removes.

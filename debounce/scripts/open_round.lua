@@ -3,7 +3,9 @@
 -- those payloads (KEYS[2] is then the window key, as in open_packed.lua).
 -- Hash fields: t token, n count, f first seen, l last seen, d due (unix ms),
 -- p published (0/1), v version of the published schedule, a last args,
--- m distinct items, and one field "i" .. item per accumulated item.
+-- m distinct items, one field "i" .. item per accumulated item, and j the
+-- round's identity (identity.go), set at opening, from which the reaper can
+-- publish the job again if the stream loses it.
 --
 -- KEYS[1] -> round key (hash)
 -- KEYS[2] -> throttle window key (only for throttle with trailing)
@@ -16,11 +18,11 @@
 -- ARGV[7] -> payload: "first", "last" or "accumulate"
 -- ARGV[8] -> the event's args (last) or item (accumulate); "" for first
 -- ARGV[9] -> max items (accumulate)
--- ARGV[10] -> throttle: value to open the window with (packed layout)
--- ARGV[11] -> throttle: window length, ms (timed here, from the moment the
+-- ARGV[10] -> the round's identity (JSON), kept in field j when it opens
+-- ARGV[11] -> throttle: value to open the window with (packed layout)
+-- ARGV[12] -> throttle: window length, ms (timed here, from the moment the
 --             window opens)
--- ARGV[12] -> throttle: unit of remaining for the window value, ms
--- ARGV[13] -> throttle: grace after the window end for the trailing round, ms
+-- ARGV[13] -> throttle: how long the trailing round outlives its window, ms
 -- Returns {status, token, count, first, due, published, fire, version}
 --   status 1 opened, 0 joined, 4 joined and pushed the due time later;
 --   for throttle 2 leading (window opened) / 3 unused here: trailing always
@@ -34,17 +36,30 @@ local key = KEYS[1]
 local expiry, due = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 if KEYS[2] then
-  if redis.call('SET', KEYS[2], ARGV[10], 'NX', 'PX', ARGV[11]) then
-    return {2, tonumber(ARGV[10]), redis.call('PEXPIRETIME', KEYS[2])}
+  if redis.call('SET', KEYS[2], ARGV[11], 'NX', 'PX', ARGV[12]) then
+    return {2, tonumber(ARGV[11]), redis.call('PEXPIRETIME', KEYS[2])}
   end
-  -- Count the event in the window value (see open_packed.lua's join).
+  -- Count the event in the window value (see open_packed.lua's join): the
+  -- count and the latest event's time after the window's start, encoded as
+  -- open_packed.lua's seen.
   local wexp = redis.call('PEXPIRETIME', KEYS[2])
   local v = tonumber(redis.call('GET', KEYS[2]))
   local delta = 0
   if math.floor(v / CNT) % 4194304 < MAXCNT then delta = CNT end
-  local rem = math.floor((wexp - now) / tonumber(ARGV[12]))
-  if rem < 0 then rem = 0 end
-  if rem < v % CNT then delta = delta - (v % CNT - rem) end
+  local ms = now - (wexp - tonumber(ARGV[12]))
+  local s = 0
+  if ms >= 2048 then
+    local e = 1
+    while ms >= 4096 do
+      ms = math.floor(ms / 2)
+      e = e + 1
+    end
+    s = e * 2048 + math.floor(ms) - 2048
+    if e > 31 then s = 65535 end
+  elseif ms > 0 then
+    s = math.floor(ms)
+  end
+  if s > v % CNT then delta = delta + (s - v % CNT) end
   if delta ~= 0 then redis.call('INCRBY', KEYS[2], delta) end
   due = wexp
   expiry = wexp + tonumber(ARGV[13])
@@ -60,7 +75,7 @@ local function add_item()
 end
 
 if redis.call('EXISTS', key) == 0 then
-  redis.call('HSET', key, 't', ARGV[1], 'n', 1, 'f', now, 'l', now, 'd', due, 'p', 0, 'v', 0)
+  redis.call('HSET', key, 't', ARGV[1], 'n', 1, 'f', now, 'l', now, 'd', due, 'p', 0, 'v', 0, 'j', ARGV[10])
   if payload == 'last' then
     redis.call('HSET', key, 'a', data)
   end

@@ -7,6 +7,8 @@
 --
 -- KEYS[1] -> round key
 -- KEYS[2] -> taken key of this token (for "take")
+-- KEYS[3] -> the round's identity key (note_overdue.lua), deleted with the
+--            round; optional
 -- ARGV[1] -> the round's expiry, unix ms (token >> 14)
 -- ARGV[2] -> the round's random bits (token & 0x3fff)
 -- ARGV[3] -> "take" (job start), "release" (dedup until success, cancel),
@@ -45,6 +47,7 @@ if ARGV[3] == 'backout' and math.floor(v / PUB) % 2 == 1 then
   return {2, v}
 end
 redis.call('DEL', KEYS[1])
+if KEYS[3] then redis.call('DEL', KEYS[3]) end
 if ARGV[3] == 'take' then
   redis.call('HSET', KEYS[2], 'v', raw, 's', 1)
   redis.call('PEXPIRE', KEYS[2], ARGV[4])

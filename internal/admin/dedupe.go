@@ -21,7 +21,7 @@ type DedupeOptions struct {
 	Stream   string             // publisher.DefaultStream when empty
 	Subjects publisher.Subjects // subject prefix of the stream
 	// Types are the job types to clean; empty means every type found on
-	// <prefix>.jobs.>.
+	// <prefix>.run.> and <prefix>.jobs.>.
 	Types []string
 	// Fields names, per job type, the top-level key fields to fingerprint
 	// instead of all args, for messages without a Coalesce-Key header. Use
@@ -85,8 +85,8 @@ func validateJobType(t string) error {
 // its producers were deduplicated. It is an administrative clean-up, not a
 // step of publishing: run it after the producers go through coalesce.
 //
-// It reads the messages of the job subjects (<prefix>.jobs.<type>) that the
-// stream holds when it starts, oldest first, by sequence (no consumer is
+// It reads the messages of the job subjects (<prefix>.run.<type>.<key>.<round>
+// and the older <prefix>.jobs.<type>) that the stream holds when it starts, oldest first, by sequence (no consumer is
 // created, which a WorkQueue stream would refuse as overlapping). The
 // identity of a job is its type and either its Coalesce-Key header, for
 // messages coalesce published, or else the fp1 fingerprint of its body as
@@ -187,31 +187,63 @@ func (d *deduper) scan(ctx context.Context) error {
 		return fmt.Errorf("%w: stream %s info: %w", ErrJetStream, d.opts.Stream, err)
 	}
 	first, last := max(info.State.FirstSeq, 1), info.State.LastSeq
-	type filter struct{ subject, jobType string }
-	var filters []filter
+	// The job subjects: each type's run subjects (coalesce's jobs) and its
+	// older job subject (jobs of older producers, or of another queue the
+	// producers used to publish to). Read together in stream order, so the
+	// oldest message of an identity is kept whichever subject it is on.
+	type cursor struct {
+		subject, jobType string
+		msg              *jetstream.RawStreamMsg
+	}
+	var cursors []*cursor
 	if len(d.opts.Types) == 0 {
-		filters = []filter{{subject: d.opts.Subjects.AllJobs()}}
+		cursors = []*cursor{{subject: d.opts.Subjects.AllRuns()}, {subject: d.opts.Subjects.AllJobs()}}
 	}
 	for _, t := range slices.Compact(slices.Sorted(slices.Values(d.opts.Types))) {
-		filters = append(filters, filter{d.opts.Subjects.Job(t), t})
+		for _, subj := range d.opts.Subjects.Consumer(t) {
+			cursors = append(cursors, &cursor{subject: subj, jobType: t})
+		}
+	}
+	next := func(c *cursor, seq uint64) error {
+		// Next message on the filter at or after seq: skips deleted
+		// sequences and other subjects on the server.
+		msg, err := d.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(c.subject))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			c.msg = nil
+		case err != nil:
+			return fmt.Errorf("%w: stream %s: read %s from sequence %d: %w", ErrJetStream, d.opts.Stream, c.subject, seq, err)
+		case msg.Sequence > last:
+			c.msg = nil
+		default:
+			c.msg = msg
+		}
+		return nil
+	}
+	for _, c := range cursors {
+		if err := next(c, first); err != nil {
+			return err
+		}
 	}
 	jobsPrefix := d.opts.Subjects.Job("")
-	for _, f := range filters {
-		for seq := first; seq <= last; {
-			// Next message on the filter at or after seq: skips deleted
-			// sequences and other subjects on the server.
-			msg, err := d.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(f.subject))
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				break
+	for {
+		var c *cursor
+		for _, cc := range cursors {
+			if cc.msg != nil && (c == nil || cc.msg.Sequence < c.msg.Sequence) {
+				c = cc
 			}
-			if err != nil {
-				return fmt.Errorf("%w: stream %s: read %s from sequence %d: %w", ErrJetStream, d.opts.Stream, f.subject, seq, err)
-			}
-			if msg.Sequence > last {
-				break
-			}
-			seq = msg.Sequence + 1
-			d.classify(msg, cmp.Or(f.jobType, strings.TrimPrefix(msg.Subject, jobsPrefix)), floors)
+		}
+		if c == nil {
+			break
+		}
+		msg := c.msg
+		jobType := c.jobType
+		if jobType == "" {
+			jobType = cmp.Or(d.opts.Subjects.RunType(msg.Subject), strings.TrimPrefix(msg.Subject, jobsPrefix))
+		}
+		d.classify(msg, jobType, floors)
+		if err := next(c, msg.Sequence+1); err != nil {
+			return err
 		}
 	}
 	groups := make([]DedupeGroup, 0, len(d.groups))
@@ -256,7 +288,7 @@ func (d *deduper) classify(msg *jetstream.RawStreamMsg, jobType string, floors [
 		d.rep.Kept++
 		log.Debug("admin: another round of the key; kept", "key", key, "token", round)
 	default:
-		g.Duplicates = append(g.Duplicates, DedupeDuplicate{Seq: msg.Sequence, Outcome: OutcomeWouldRemove})
+		g.Duplicates = append(g.Duplicates, DedupeDuplicate{Seq: msg.Sequence, Subject: msg.Subject, Outcome: OutcomeWouldRemove})
 		d.rep.Duplicates++
 		log.Debug("admin: duplicate job", "key", key, "kept_seq", g.Kept, "outcome", string(OutcomeWouldRemove))
 	}
@@ -294,9 +326,9 @@ func (d *deduper) identify(jobType string, msg *jetstream.RawStreamMsg) (key, ro
 func (d *deduper) apply(ctx context.Context) error {
 	for gi := range d.rep.Groups {
 		g := &d.rep.Groups[gi]
-		subject := d.opts.Subjects.Job(g.Type)
 		for i := range g.Duplicates {
 			dup := &g.Duplicates[i]
+			subject := dup.Subject
 			log := d.log.With("seq", dup.Seq, "job_type", g.Type, "key", g.Key, "kept_seq", g.Kept)
 			floors, err := d.consumers(ctx)
 			if err != nil {

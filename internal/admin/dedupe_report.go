@@ -39,6 +39,7 @@ type DedupeGroup struct {
 // DedupeDuplicate is one duplicate and what became of it.
 type DedupeDuplicate struct {
 	Seq     uint64
+	Subject string
 	Outcome DedupeOutcome
 }
 

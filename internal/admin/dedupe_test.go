@@ -555,3 +555,41 @@ func FuzzSubjectMatches(f *testing.F) {
 		}
 	})
 }
+
+// TestDedupeAcrossRunAndJobSubjects: coalesce publishes on run subjects, an
+// older producer on the type's job subject; one identity across both is
+// read in stream order, and a duplicate is removed from whichever subject it
+// is on.
+func TestDedupeAcrossRunAndJobSubjects(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	q := newQueue(t, "mixed.co")
+	key := fp(t, "recompute", `{"tenant":1}`)
+	k, err := debounce.ParseRoundKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const round = debounce.Token(0x4242)
+	legacy := q.subjects.Job("recompute")
+	run := q.subjects.Run("recompute", k, round)
+	oldest := q.publish(legacy, `{"tenant":1}`, nil)
+	roundMsg := q.publish(run, `{"tenant":1}`, coalesceHeaders(t, "recompute", key, round))
+	legacyDup := q.publish(legacy, `{ "tenant" : 1 }`, nil)
+	roundDup := q.publish(run, `{"tenant":1}`, coalesceHeaders(t, "recompute", key, round))
+	rep, err := admin.Dedupe(ctx, q.js, q.opts(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := countsOf(rep), (counts{scanned: 4, kept: 2, duplicates: 2, removed: 2}); got != want {
+		t.Fatalf("counts %+v, want %+v", got, want)
+	}
+	if len(rep.Groups) != 1 || rep.Groups[0].Kept != oldest || !slices.Equal(rep.Groups[0].KeptRounds, []uint64{roundMsg}) {
+		t.Fatalf("groups %+v: want seq %d kept and round %d kept beside it", rep.Groups, oldest, roundMsg)
+	}
+	if got := q.seqs(legacy); !slices.Equal(got, []uint64{oldest}) {
+		t.Errorf("job subject keeps %v, want [%d] (%d removed)", got, oldest, legacyDup)
+	}
+	if got := q.seqs(run); !slices.Equal(got, []uint64{roundMsg}) {
+		t.Errorf("run subject keeps %v, want [%d] (%d removed)", got, roundMsg, roundDup)
+	}
+}

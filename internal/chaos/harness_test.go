@@ -572,7 +572,7 @@ func (e *env) streamState(ctx context.Context) (sched, jobs, dead uint64, err er
 		switch {
 		case strings.HasPrefix(subj, "co.sched."):
 			sched += n
-		case strings.HasPrefix(subj, "co.jobs."):
+		case strings.HasPrefix(subj, "co.run."), strings.HasPrefix(subj, "co.jobs."):
 			jobs += n
 		case strings.HasPrefix(subj, "co.dead."):
 			dead += n

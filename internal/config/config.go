@@ -22,6 +22,7 @@ const (
 	DefaultNATSPrefix          = "co"       // as publisher.DefaultPrefix
 	DefaultNATSReplicas        = 1
 	DefaultNATSStorage         = StorageFile
+	DefaultNATSMaxAge          = debounce.DefaultMaxAge // a job waits this long for a worker; its round lives as long
 	DefaultIngestStream        = "COALESCE_INGEST"
 	DefaultHTTPListen          = "127.0.0.1:8080"
 	DefaultBodyLimit           = 1 << 20 // 1 MiB
@@ -111,6 +112,11 @@ type NATS struct {
 	Prefix    string // subject prefix
 	Replicas  int    // 1 to 5
 	Storage   string // StorageFile or StorageMemory
+	// MaxAge is how long the stream keeps a job no worker has taken (and
+	// dead letters); a round lives as long past its latest due time, so its
+	// data is there whenever its job starts. DefaultNATSMaxAge, at most
+	// debounce.MaxMaxAge.
+	MaxAge time.Duration
 	Ingest    Ingest
 }
 
@@ -228,6 +234,7 @@ func defaults() *Config {
 			Prefix:   DefaultNATSPrefix,
 			Replicas: DefaultNATSReplicas,
 			Storage:  DefaultNATSStorage,
+			MaxAge:   DefaultNATSMaxAge,
 			Ingest:   Ingest{Subjects: true, Stream: DefaultIngestStream},
 		},
 		HTTP: HTTP{

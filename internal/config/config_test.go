@@ -151,7 +151,7 @@ func TestLoadDefaults(t *testing.T) {
 	t.Parallel()
 	want := &Config{
 		Redis: Redis{Prefix: "c", Eviction: "warn"},
-		NATS: NATS{Stream: "COALESCE", Prefix: "co", Replicas: 1, Storage: "file",
+		NATS: NATS{Stream: "COALESCE", Prefix: "co", Replicas: 1, Storage: "file", MaxAge: 7 * 24 * time.Hour,
 			Ingest: Ingest{Subjects: true, Stream: "COALESCE_INGEST"}},
 		HTTP:     HTTP{Listen: "127.0.0.1:8080", BodyLimit: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second},
 		Embedded: Embedded{NATSListen: "127.0.0.1:4222", RedisListen: "127.0.0.1:6379", DataDir: "./coalesce-data"},
@@ -213,6 +213,7 @@ nats:
   prefix: acme.co
   replicas: 3
   storage: memory
+  max_age: 3d
   ingest: {request_reply: false, durable: true, stream: INTAKE}
 http:
   listen: ":9090"
@@ -228,7 +229,6 @@ policies:
   recompute:
     mode: debounce
     window: 30s
-    ttl: 10m
     extend: true
     max_wait: 5m
     payload: accumulate
@@ -272,13 +272,13 @@ worker:
 		Redis: Redis{URL: "redis://redis.internal:6379/2", Username: "app", Password: "0123", DB: 2,
 			TLS: redisTLS, Prefix: "co:r", Eviction: "refuse"},
 		NATS: NATS{URLs: []string{"nats://a:4222", "tls://b:4222"}, User: "app", Password: "secret",
-			TLS: tlsBlock, Stream: "JOBS", Prefix: "acme.co", Replicas: 3, Storage: "memory",
+			TLS: tlsBlock, Stream: "JOBS", Prefix: "acme.co", Replicas: 3, Storage: "memory", MaxAge: 72 * time.Hour,
 			Ingest: Ingest{Subjects: false, Durable: true, Stream: "INTAKE"}},
 		HTTP: HTTP{Listen: ":9090", Tokens: []string{"t1", "t2"}, BodyLimit: 512 << 10,
 			ReadTimeout: 5 * time.Second, WriteTimeout: time.Minute},
 		Embedded: Embedded{NATSListen: "127.0.0.1:0", RedisListen: "[::1]:6380", DataDir: "/var/lib/coalesce"},
 		Policies: []debounce.Policy{
-			{Type: "recompute", Mode: debounce.ModeDebounce, Window: 30 * time.Second, TTL: 10 * time.Minute,
+			{Type: "recompute", Mode: debounce.ModeDebounce, Window: 30 * time.Second,
 				Extend: true, MaxWait: 5 * time.Minute, Payload: debounce.PayloadAccumulate, MaxItems: 50,
 				ItemField: "id", KeyFields: []string{"tenant_id"}, Fail: debounce.FailClosed},
 			{Type: "welcome", Mode: debounce.ModeDedup, Until: debounce.UntilExpiry, TTL: 36 * time.Hour,
@@ -510,8 +510,12 @@ func TestLoadRefuses(t *testing.T) {
 		// Policies.
 		{"debounce without window", "policies:\n  recompute:\n    mode: debounce\n",
 			nil, `FILE:2: policies.recompute.window: required: how long to wait for more events, e.g. window: 30s`},
-		{"ttl too short", "policies:\n  recompute:\n    mode: debounce\n    window: 30s\n    ttl: 10s\n",
-			nil, `FILE:5: policies.recompute.ttl: 10s is shorter than the latest due time (30s after the first event) plus 2s grace: the reservation would expire before the job starts and a second round would open; use at least 32s or leave ttl unset`},
+		{"ttl on debounce", "policies:\n  recompute:\n    mode: debounce\n    window: 30s\n    ttl: 10s\n",
+			nil, `FILE:5: policies.recompute.ttl: no longer applies to debounce: a round lives until its job starts (up to the stream's max_age after its due time, so no TTL can expire it while workers are away); remove ttl`},
+		{"ttl on dedup until start", "policies:\n  notify:\n    mode: dedup\n    ttl: 1h\n",
+			nil, `FILE:4: policies.notify.ttl: only applies with until: expiry (the dedup window); with until: start the reservation lives until its job starts, up to the stream's max_age, so no TTL can end it while workers are away: remove ttl`},
+		{"max age too short", "nats:\n  max_age: 10s\n",
+			nil, `FILE:2: nats.max_age: 10s must be between 1m and 720h0m0s: it is how long a job waits for a worker, and how long past its due time a round keeps its data`},
 		{"extend without max_wait", "policies:\n  recompute:\n    mode: debounce\n    window: 30s\n    extend: true\n",
 			nil, `FILE:2: policies.recompute.max_wait: required with extend: without it a key that never goes quiet is never run; e.g. max_wait: 5m`},
 		{"null policy", "policies:\n  recompute:\n",

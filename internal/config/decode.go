@@ -641,6 +641,7 @@ func (d *decoder) natsFields(c *NATS) []field {
 		{"prefix", d.str(&c.Prefix)},
 		{"replicas", d.integer(&c.Replicas)},
 		{"storage", d.str(&c.Storage)},
+		{"max_age", d.duration(&c.MaxAge)},
 		{"ingest", d.nested(func() []field { return d.ingestFields(&c.Ingest) })},
 	}
 }

@@ -32,10 +32,10 @@ policies:
 		panic(err)
 	}
 	p := cfg.Policies[0]
-	fmt.Printf("%s: %s after %v, reservation %v, payload %s, key %v\n", p.Type, p.Mode, p.Window, p.TTL, p.Payload, p.KeyFields)
+	fmt.Printf("%s: %s after %v, payload %s, key %v; a job waits up to %v for a worker\n", p.Type, p.Mode, p.Window, p.Payload, p.KeyFields, cfg.NATS.MaxAge)
 	fmt.Println("embedded servers:", cfg.UsesEmbedded())
 	// Output:
-	// recompute_financials: debounce after 30s, reservation 5m30s, payload first, key [tenant_id]
+	// recompute_financials: debounce after 30s, payload first, key [tenant_id]; a job waits up to 168h0m0s for a worker
 	// embedded servers: true
 }
 

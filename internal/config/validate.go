@@ -176,6 +176,9 @@ func (d *decoder) validateNATS(c *Config) error {
 	if n.Storage != StorageFile && n.Storage != StorageMemory {
 		return d.pathErr("nats.storage", nil, "%s is not %s or %s", quote(n.Storage), StorageFile, StorageMemory)
 	}
+	if n.MaxAge < time.Minute || n.MaxAge > debounce.MaxMaxAge {
+		return d.pathErr("nats.max_age", nil, "%v must be between 1m and %v: it is how long a job waits for a worker, and how long past its due time a round keeps its data", n.MaxAge, debounce.MaxMaxAge)
+	}
 	return nil
 }
 

@@ -61,8 +61,15 @@ func reap(ctx context.Context, co *debounce.Coalescer, every time.Duration, m *M
 		}
 		m.reaper.WithLabelValues("candidate").Add(float64(rep.Candidates))
 		m.reaper.WithLabelValues("released").Add(float64(rep.Released))
+		m.reaper.WithLabelValues("overdue").Add(float64(rep.Overdue))
+		m.reaper.WithLabelValues("lookup").Add(float64(rep.Lookups))
+		m.reaper.WithLabelValues("missing").Add(float64(rep.Missing))
+		m.reaper.WithLabelValues("repaired").Add(float64(rep.Repaired))
 		if rep.Released > 0 {
 			log.Info("reaper: released rounds reserved and never published", "released", rep.Released)
+		}
+		if rep.Repaired > 0 {
+			log.Warn("reaper: published again the jobs of rounds whose message the stream had lost", "repaired", rep.Repaired)
 		}
 	}
 }
@@ -162,7 +169,7 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	}
 	pcfg := &publisher.Config{
 		Stream: cfg.NATS.Stream, Prefix: cfg.NATS.Prefix, Replicas: cfg.NATS.Replicas,
-		Storage: publisher.Storage(cfg.NATS.Storage), Logger: log,
+		Storage: publisher.Storage(cfg.NATS.Storage), MaxAge: cfg.NATS.MaxAge, Logger: log,
 	}
 	if m != nil {
 		pcfg.OnPublish = m.OnPublish

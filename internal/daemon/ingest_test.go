@@ -100,7 +100,7 @@ func TestCronReplicasOpenOneRound(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	var published []debounce.Job
 	pubf := debounce.PublisherFunc(func(_ context.Context, j debounce.Job) error { published = append(published, j); return nil })
-	policy := []debounce.Policy{{Type: "nightly", Mode: debounce.ModeDedup, TTL: time.Hour}}
+	policy := []debounce.Policy{{Type: "nightly", Mode: debounce.ModeDedup}}
 	rule := daemon.CronRule{Name: "nightly", Schedule: "@every 1s", Event: debounce.Event{Type: "nightly", Args: json.RawMessage(`{}`)}}
 	var crons []*daemon.Cron
 	var co *debounce.Coalescer

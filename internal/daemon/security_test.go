@@ -51,7 +51,7 @@ func submitOne(t *testing.T, cfg *config.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, c.Publisher.Subjects().Job("notify"))
+	m, err := s.GetLastMsgForSubject(ctx, c.Publisher.Subjects().Run("notify", d.Key, d.Round))
 	if err != nil {
 		t.Fatalf("the job is not in the stream: %v", err)
 	}

@@ -1,0 +1,51 @@
+package debounce
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestSeenEncoding: the 16-bit last-seen field is exact below 4 s, within
+// 1/2048 of the offset above, monotonic (so the greatest encoding is the
+// latest event's), and covers far more than the longest round.
+func TestSeenEncoding(t *testing.T) {
+	t.Parallel()
+	for ms := int64(0); ms < 4096; ms++ {
+		if got := decodeSeen(encodeSeen(ms)); got != ms {
+			t.Fatalf("%d ms decodes to %d", ms, got)
+		}
+	}
+	prev := uint64(0)
+	check := func(ms int64) {
+		v := encodeSeen(ms)
+		if v > packMaxSeen {
+			t.Fatalf("%d ms encodes to %d, over 16 bits", ms, v)
+		}
+		if v < prev {
+			t.Fatalf("not monotonic at %d ms: %d after %d", ms, v, prev)
+		}
+		prev = v
+		got := decodeSeen(v)
+		if got > ms || ms-got > ms/2048 {
+			t.Fatalf("%d ms decodes to %d (error %d, more than 1/2048)", ms, got, ms-got)
+		}
+	}
+	for ms := int64(0); ms < 10_000_000; ms += 1 + ms/997 {
+		check(ms)
+	}
+	for range 100_000 {
+		ms := rand.Int64N(int64(MaxTTL.Milliseconds()))
+		if got := decodeSeen(encodeSeen(ms)); got > ms || ms-got > ms/2048 {
+			t.Fatalf("%d ms decodes to %d", ms, got)
+		}
+	}
+	if encodeSeen(-5) != 0 {
+		t.Error("a negative offset must encode as 0")
+	}
+	if v := encodeSeen(1 << 62); v != packMaxSeen {
+		t.Errorf("a huge offset encodes to %d, want saturation at %d", v, packMaxSeen)
+	}
+	if d := decodeSeen(packMaxSeen); d < 100*365*24*3600*1000 {
+		t.Errorf("the largest seen is %d ms, less than a century", d)
+	}
+}

@@ -1,0 +1,72 @@
+package debounce
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// releasedByJob reports whether the policy's rounds end when their job
+// starts (or succeeds), as opposed to a dedup window that ends by expiry: only
+// those wait for a job, so only those can be overdue.
+func (p *compiled) releasedByJob() bool {
+	return !(p.Mode == ModeDedup && p.Until == UntilExpiry)
+}
+
+// dueOf is when a round's job is due: its due time, or for an immediate job
+// (dedup) its opening.
+func dueOf(job Job) time.Time {
+	if job.DueAt.IsZero() {
+		return job.OpenedAt
+	}
+	return job.DueAt
+}
+
+// noteIfOverdue writes the identity of a packed round that the event just
+// joined when the round is overdue: its job should have started RepairAfter
+// ago. Either the job waits for a worker (then nothing comes of it) or the
+// stream lost it, and the reaper needs the identity to publish it again. At
+// most once per round and process; a failure is retried by the next event.
+func (c *Coalescer) noteIfOverdue(ctx context.Context, p *compiled, job Job, now time.Time) {
+	if !now.After(dueOf(job).Add(c.repair)) {
+		return
+	}
+	rkey := c.jobRedisKey(job)
+	id := rkey + "/" + job.Token.String()
+	if c.overdue.has(id) {
+		return
+	}
+	exp, rnd := job.Token.packedParts()
+	err := c.eval(ctx, noteOverdueScript, []string{rkey, identityKey(rkey)}, exp, rnd, appendIdentity(nil, job, true)).Err()
+	if err != nil {
+		c.log.WarnContext(ctx, "could not keep the identity of an overdue round; the next event tries again",
+			"job_type", p.Type, "key", job.Key.String(), "token", job.Token.String(), "err", err)
+		return
+	}
+	c.overdue.add(id)
+}
+
+// overdueSet remembers, boundedly, the overdue rounds whose identity this
+// process has written.
+type overdueSet struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+const maxOverdueRemembered = 1 << 16
+
+func (s *overdueSet) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[id]
+	return ok
+}
+
+func (s *overdueSet) add(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil || len(s.m) >= maxOverdueRemembered {
+		s.m = make(map[string]struct{}, 64) // forget: writing again is harmless
+	}
+	s.m[id] = struct{}{}
+}
