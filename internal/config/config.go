@@ -117,7 +117,7 @@ type NATS struct {
 	// data is there whenever its job starts. DefaultNATSMaxAge, at most
 	// debounce.MaxMaxAge.
 	MaxAge time.Duration
-	Ingest    Ingest
+	Ingest Ingest
 }
 
 // Ingest says how events arrive over NATS.
