@@ -349,3 +349,32 @@ func (r *Reaper) identityRound(ctx context.Context, key string, now time.Time) (
 		state: job.Token.String() + "|" + repairs}
 	return o, true, nil
 }
+
+// CountRounds counts the rounds (and throttle trailing rounds) held in Redis
+// under the prefix, pending or not yet published: one SCAN, for start-up
+// reports and gauges, not for the hot path.
+func (c *Coalescer) CountRounds(ctx context.Context) (int, error) {
+	var mu sync.Mutex
+	n := 0
+	count := func(ctx context.Context, client redis.Cmdable) error {
+		iter := client.Scan(ctx, 0, c.prefix+"{*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if c.keyKind(iter.Val()) == keyRound {
+				mu.Lock()
+				n++
+				mu.Unlock()
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return count(ctx, m) })
+	} else {
+		err = count(ctx, c.rdb)
+	}
+	if err != nil {
+		return n, fmt.Errorf("%w: count rounds: %w", ErrStoreUnavailable, err)
+	}
+	return n, nil
+}

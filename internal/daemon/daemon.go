@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -122,7 +123,8 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		if err := os.MkdirAll(cfg.Embedded.DataDir, 0o755); err != nil {
 			return fail(fmt.Errorf("embedded: data folder %s: %w", cfg.Embedded.DataDir, err))
 		}
-		dev, err := devservers.Start(devservers.Options{NATSListen: cfg.Embedded.NATSListen, RedisListen: cfg.Embedded.RedisListen, DataDir: cfg.Embedded.DataDir})
+		dev, err := devservers.Start(devservers.Options{NATSListen: cfg.Embedded.NATSListen, RedisListen: cfg.Embedded.RedisListen,
+			DataDir: cfg.Embedded.DataDir, Snapshot: filepath.Join(cfg.Embedded.DataDir, EmbeddedSnapshot), Logger: log})
 		if errors.Is(err, devservers.ErrAddrInUse) {
 			return fail(fmt.Errorf("%w; another server runs there: stop it, choose --nats-listen/--redis-listen, or point coalesce at it with --redis and --nats", err))
 		}
@@ -131,7 +133,7 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		}
 		c.Dev = dev
 		redisURL, natsURLs = dev.RedisURL, []string{dev.NATSURL}
-		log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis); rounds survive only in the data folder's NATS store, and miniredis keeps reservations in memory",
+		log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis), both kept in the data folder: schedules in the NATS store, reservations in a snapshot written every second and at a graceful stop (a SIGKILL loses at most the last second of reservations)",
 			"nats", dev.NATSURL, "redis", dev.RedisURL, "data_dir", cfg.Embedded.DataDir)
 		log.Warn("for production point coalesce at real servers: --redis redis://host:6379/0 --nats nats://host:4222 (NATS 2.12 or later, Redis 7 with maxmemory-policy noeviction), or redis/nats in the config file")
 	}
@@ -186,7 +188,29 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	}
 	log.Info("connected", "redis_version", info.Version, "redis_eviction", info.EvictionPolicy,
 		"nats_version", c.Publisher.ServerVersion(), "stream", c.Publisher.Stream(), "policies", len(cfg.Policies))
+	if c.Dev != nil {
+		logRestore(ctx, c, log)
+	}
 	return c, nil
+}
+
+// EmbeddedSnapshot is the in-process Redis's snapshot file, in the data folder.
+const EmbeddedSnapshot = "redis.snapshot"
+
+// logRestore says what the in-process Redis got back from its snapshot.
+func logRestore(ctx context.Context, c *Conns, log *slog.Logger) {
+	r := c.Dev.Restored
+	if !r.Found {
+		log.Info("embedded redis: no snapshot in the data folder; starting with no rounds")
+		return
+	}
+	rounds, err := c.Coalescer.CountRounds(ctx)
+	if err != nil {
+		log.Warn("embedded redis: could not count the restored rounds", "err", err)
+	}
+	log.Info("embedded redis: restored from its snapshot", "rounds", rounds, "keys", r.Keys,
+		"expired_while_down", r.Expired, "snapshot_written", r.Written.UTC().Format(time.RFC3339Nano),
+		"snapshot_age", time.Since(r.Written).Round(time.Millisecond))
 }
 
 func joinURLs(urls []string) string {

@@ -1,12 +1,15 @@
 // Package devservers runs the single-node development servers coalesce uses
 // when no real ones are configured: an in-process NATS JetStream server
 // (store in a data folder) and an in-process Redis (miniredis) kept in real
-// time, both listening on loopback so workers and CLIs can connect.
+// time, both listening on loopback so workers and CLIs can connect. With a
+// snapshot file the in-process Redis outlives a restart (snapshot.go).
 package devservers
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/redis/go-redis/v9"
 )
 
 // Options says where the servers listen and keep their data.
@@ -24,6 +28,14 @@ type Options struct {
 	// Tick is how often miniredis's clock and TTLs catch up with real time;
 	// default 50ms.
 	Tick time.Duration
+	// Snapshot, when set, is the file the in-process Redis is kept in:
+	// loaded at Start (keys whose expiry passed meanwhile are dropped),
+	// written every SnapshotEvery (DefaultSnapshotEvery) while commands
+	// run, and at Close once the server has stopped. Without it the
+	// in-process Redis keeps everything in memory only.
+	Snapshot      string
+	SnapshotEvery time.Duration
+	Logger        *slog.Logger // snapshot failures; nil discards
 }
 
 // Servers are the running development servers.
@@ -32,8 +44,12 @@ type Servers struct {
 	RedisAddr string // host:port
 	RedisURL  string // redis://host:port/0
 
+	// Restored is what Start loaded from the snapshot.
+	Restored Restore
+
 	ns   *server.Server
 	mr   *miniredis.Miniredis
+	opts Options
 	stop chan struct{}
 	done sync.WaitGroup
 }
@@ -48,6 +64,12 @@ func Start(o Options) (*Servers, error) {
 	}
 	if o.Tick <= 0 {
 		o.Tick = 50 * time.Millisecond
+	}
+	if o.SnapshotEvery <= 0 {
+		o.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	host, portStr, err := net.SplitHostPort(o.NATSListen)
 	if err != nil {
@@ -76,6 +98,22 @@ func Start(o Options) (*Servers, error) {
 		return nil, fmt.Errorf("devservers: nats on %s did not start within 10s", o.NATSListen)
 	}
 	mr := miniredis.NewMiniRedis()
+	// miniredis's TTLs stand still unless its clock moves them (ClockTTL).
+	// Its clock is moved to real time on each tick, in one step under its
+	// lock, so that an expiry set with PXAT reads back exactly with
+	// PEXPIRETIME (round tokens depend on it) and TTLs run down in real
+	// time. Round(0) drops the monotonic reading: miniredis subtracts these
+	// times from wall-clock PXAT times, and mixing the two clocks drifts.
+	now := time.Now().Round(0)
+	mr.SetTime(now)
+	mr.ClockTTL(true)
+	var restored Restore
+	if o.Snapshot != "" {
+		if restored, err = restore(mr, o.Snapshot, now); err != nil {
+			ns.Shutdown()
+			return nil, err
+		}
+	}
 	if err := mr.StartAddr(o.RedisListen); err != nil {
 		ns.Shutdown()
 		if isAddrInUse(err) {
@@ -83,15 +121,8 @@ func Start(o Options) (*Servers, error) {
 		}
 		return nil, fmt.Errorf("devservers: redis on %s: %w", o.RedisListen, err)
 	}
-	s := &Servers{NATSURL: ns.ClientURL(), RedisAddr: mr.Addr(), RedisURL: "redis://" + mr.Addr() + "/0", ns: ns, mr: mr, stop: make(chan struct{})}
-	// miniredis's TTLs stand still unless its clock moves them (ClockTTL).
-	// Move its clock to real time on each tick, in one step under its lock,
-	// so that an expiry set with PXAT reads back exactly with PEXPIRETIME
-	// (round tokens depend on it) and TTLs run down in real time.
-	// Round(0) drops the monotonic reading: miniredis subtracts these times
-	// from wall-clock PXAT times, and mixing the two clocks drifts.
-	mr.SetTime(time.Now().Round(0))
-	mr.ClockTTL(true)
+	s := &Servers{NATSURL: ns.ClientURL(), RedisAddr: mr.Addr(), RedisURL: "redis://" + mr.Addr() + "/0",
+		Restored: restored, ns: ns, mr: mr, opts: o, stop: make(chan struct{})}
 	s.done.Go(func() {
 		t := time.NewTicker(o.Tick)
 		defer t.Stop()
@@ -104,14 +135,57 @@ func Start(o Options) (*Servers, error) {
 			}
 		}
 	})
+	if o.Snapshot != "" {
+		s.done.Go(s.snapshots)
+	}
 	return s, nil
 }
 
-// Close stops both servers.
+// snapshots writes the snapshot every SnapshotEvery while commands run. A
+// snapshot that takes long spaces out the next ones (ten times its time).
+func (s *Servers) snapshots() {
+	rdb := redis.NewClient(&redis.Options{Addr: s.mr.Addr(), DisableIdentity: true, MaxRetries: -1})
+	defer rdb.Close()
+	last := s.mr.CommandCount()
+	wait := s.opts.SnapshotEvery
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if n := s.mr.CommandCount(); n == last {
+			continue // nothing ran since the last one
+		}
+		start := time.Now()
+		keys, err := snapshotLive(context.Background(), s.mr, rdb)
+		if err == nil {
+			err = writeSnapshot(s.opts.Snapshot, keys, start)
+		}
+		if err != nil {
+			s.opts.Logger.Warn("embedded redis: snapshot failed; the previous one stays", "err", err)
+		}
+		last = s.mr.CommandCount() // after our own commands
+		wait = max(s.opts.SnapshotEvery, 10*time.Since(start))
+	}
+}
+
+// Close stops both servers. With a snapshot file, the in-process Redis is
+// written to it once it has stopped serving, so a graceful stop keeps
+// everything.
 func (s *Servers) Close() {
 	close(s.stop)
 	s.done.Wait()
 	s.mr.Close()
+	if s.opts.Snapshot != "" {
+		now := time.Now().Round(0)
+		s.mr.SetTime(now)
+		if err := writeSnapshot(s.opts.Snapshot, snapshotStopped(s.mr, now), now); err != nil {
+			s.opts.Logger.Error("embedded redis: final snapshot failed; the one before it stays", "err", err)
+		}
+	}
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }
