@@ -22,4 +22,7 @@ var (
 	// ErrEvictionPolicy: Redis may evict keys (maxmemory-policy allkeys-*),
 	// which silently ends reservations.
 	ErrEvictionPolicy = errors.New("debounce: redis may evict reservations")
+	// ErrNoPersistence: Redis keeps nothing across a restart (no AOF, no
+	// RDB), so a restart loses every round's data.
+	ErrNoPersistence = errors.New("debounce: redis has no persistence")
 )

@@ -183,16 +183,33 @@ func TestCheckServer(t *testing.T) {
 	srv := testenv.NewRedis(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
+	// The test server runs without persistence (--save "" --appendonly no).
 	info, err := debounce.CheckServer(ctx, rdb)
-	if err != nil || !strings.HasPrefix(info.Version, "7.") || info.EvictionPolicy != "noeviction" {
+	if !strings.HasPrefix(info.Version, "7.") || info.EvictionPolicy != "noeviction" || info.Persistence == nil || !info.Persistence.None() {
 		t.Fatalf("CheckServer = %+v, %v", info, err)
+	}
+	if !errors.Is(err, debounce.ErrNoPersistence) || errors.Is(err, debounce.ErrEvictionPolicy) || !strings.Contains(err.Error(), "appendonly yes") {
+		t.Fatalf("no persistence: %v", err)
+	}
+	if err := rdb.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	info, err = debounce.CheckServer(ctx, rdb)
+	if err != nil || !info.Persistence.AOF || info.Persistence.AppendFsync != "everysec" {
+		t.Fatalf("with AOF: %+v, %v", info.Persistence, err)
 	}
 	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, err = debounce.CheckServer(ctx, rdb)
-	if !errors.Is(err, debounce.ErrEvictionPolicy) || !strings.Contains(err.Error(), "allkeys-lru") || !strings.Contains(err.Error(), "noeviction") {
+	if !errors.Is(err, debounce.ErrEvictionPolicy) || errors.Is(err, debounce.ErrNoPersistence) || !strings.Contains(err.Error(), "allkeys-lru") || !strings.Contains(err.Error(), "noeviction") {
 		t.Errorf("allkeys-lru: %v", err)
+	}
+	if err := rdb.ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = debounce.CheckServer(ctx, rdb); !errors.Is(err, debounce.ErrEvictionPolicy) || !errors.Is(err, debounce.ErrNoPersistence) {
+		t.Errorf("both: %v", err)
 	}
 	_, mini := miniClient(t)
 	if _, err := debounce.CheckServer(ctx, mini); err != nil {

@@ -111,6 +111,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	dataDir := fs.String("data", "", "development mode: the NATS store folder (default ./coalesce-data)")
 	reapEvery := fs.Duration("reap-every", 0, "how often to release rounds reserved and never published (a producer died in between); default 1m")
 	refuse := fs.Bool("refuse-eviction", false, "refuse to start when Redis may evict keys (maxmemory-policy allkeys-*); default: warn")
+	refusePersist := fs.Bool("refuse-no-persistence", false, "refuse to start when Redis has neither AOF nor RDB persistence (a restart would lose every round); default: warn")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
@@ -135,6 +136,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	}
 	if *dataDir != "" {
 		cfg.Embedded.DataDir = *dataDir
+	}
+	if *refusePersist {
+		cfg.Redis.Persistence = config.EvictionRefuse
 	}
 	if len(cfg.Policies) == 0 {
 		log.Warn("no policies configured: every event will be refused with 404 no_policy; add policies to a --config file (see README)")

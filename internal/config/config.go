@@ -48,9 +48,9 @@ const (
 	maxAuxFile = 1 << 20
 )
 
-// Values of Redis.Eviction.
+// Values of Redis.Eviction and Redis.Persistence.
 const (
-	EvictionWarn   = "warn"   // log a warning at start when Redis may evict reservations
+	EvictionWarn   = "warn"   // log a warning at start when Redis may evict reservations (or keeps nothing across a restart)
 	EvictionRefuse = "refuse" // refuse to start
 )
 
@@ -97,6 +97,9 @@ type Redis struct {
 	TLS            TLS      // a rediss:// URL turns TLS on by itself
 	Prefix         string   // reservation key prefix, default DefaultRedisPrefix
 	Eviction       string   // EvictionWarn (default) or EvictionRefuse, when maxmemory-policy is allkeys-*
+	// Persistence: EvictionWarn (default) or EvictionRefuse when Redis has
+	// neither AOF nor RDB persistence, so that a restart loses every round.
+	Persistence string
 }
 
 // NATS says which NATS servers carry the jobs and how the stream is set up.
@@ -228,7 +231,7 @@ func load(data []byte, file string, env func(string) string) (*Config, error) {
 // defaults returns the configuration of an empty file.
 func defaults() *Config {
 	return &Config{
-		Redis: Redis{Prefix: DefaultRedisPrefix, Eviction: DefaultEviction},
+		Redis: Redis{Prefix: DefaultRedisPrefix, Eviction: DefaultEviction, Persistence: DefaultEviction},
 		NATS: NATS{
 			Stream:   DefaultNATSStream,
 			Prefix:   DefaultNATSPrefix,

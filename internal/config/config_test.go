@@ -150,7 +150,7 @@ func TestSampleShowsEveryKey(t *testing.T) {
 func TestLoadDefaults(t *testing.T) {
 	t.Parallel()
 	want := &Config{
-		Redis: Redis{Prefix: "c", Eviction: "warn"},
+		Redis: Redis{Prefix: "c", Eviction: "warn", Persistence: "warn"},
 		NATS: NATS{Stream: "COALESCE", Prefix: "co", Replicas: 1, Storage: "file", MaxAge: 7 * 24 * time.Hour,
 			Ingest: Ingest{Subjects: true, Stream: "COALESCE_INGEST"}},
 		HTTP:     HTTP{Listen: "127.0.0.1:8080", BodyLimit: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second},
@@ -204,6 +204,7 @@ redis:
   tls: {enabled: true, ca_file: CA, cert_file: CERT, key_file: KEY, insecure_skip_verify: true}
   prefix: co:r
   eviction: refuse
+  persistence: refuse
 nats:
   urls: [nats://a:4222, tls://b:4222]
   user: app
@@ -270,7 +271,7 @@ worker:
 	redisTLS.InsecureSkipVerify = true
 	want := &Config{
 		Redis: Redis{URL: "redis://redis.internal:6379/2", Username: "app", Password: "0123", DB: 2,
-			TLS: redisTLS, Prefix: "co:r", Eviction: "refuse"},
+			TLS: redisTLS, Prefix: "co:r", Eviction: "refuse", Persistence: "refuse"},
 		NATS: NATS{URLs: []string{"nats://a:4222", "tls://b:4222"}, User: "app", Password: "secret",
 			TLS: tlsBlock, Stream: "JOBS", Prefix: "acme.co", Replicas: 3, Storage: "memory", MaxAge: 72 * time.Hour,
 			Ingest: Ingest{Subjects: false, Durable: true, Stream: "INTAKE"}},
@@ -706,7 +707,7 @@ http:
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRedis := Redis{URL: "redis://env:6379/1", Username: "env-user", Password: "env-pass", Prefix: "c", Eviction: "warn"}
+	wantRedis := Redis{URL: "redis://env:6379/1", Username: "env-user", Password: "env-pass", Prefix: "c", Eviction: "warn", Persistence: "warn"}
 	if !reflect.DeepEqual(c.Redis, wantRedis) {
 		t.Errorf("Redis = %+v, want %+v", c.Redis, wantRedis)
 	}

@@ -590,6 +590,7 @@ func (d *decoder) redisFields(r *Redis) []field {
 		{"db", d.integer(&r.DB)},
 		{"tls", d.nested(func() []field { return d.tlsFields(&r.TLS) })},
 		{"prefix", d.str(&r.Prefix)},
+		{"persistence", d.str(&r.Persistence)},
 		{"eviction", d.str(&r.Eviction)},
 	}
 }

@@ -95,6 +95,9 @@ func (d *decoder) validateRedis(c *Config) error {
 	if r.Eviction != EvictionWarn && r.Eviction != EvictionRefuse {
 		return d.pathErr("redis.eviction", nil, "%s is not %s or %s", quote(r.Eviction), EvictionWarn, EvictionRefuse)
 	}
+	if r.Persistence != EvictionWarn && r.Persistence != EvictionRefuse {
+		return d.pathErr("redis.persistence", nil, "%s is not %s or %s", quote(r.Persistence), EvictionWarn, EvictionRefuse)
+	}
 	return d.checkTLS("redis.tls", r.TLS, tlsOn, "set redis.tls.enabled: true or use a rediss:// URL")
 }
 

@@ -151,11 +151,30 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		return fail(fmt.Errorf("redis: %w", err))
 	}
 	info, err := debounce.CheckServer(ctx, c.Redis)
-	switch {
-	case errors.Is(err, debounce.ErrEvictionPolicy) && !refuseEviction && cfg.Redis.Eviction != config.EvictionRefuse:
-		log.Warn("redis may evict reservations", "err", err)
-	case err != nil:
+	if err != nil && !errors.Is(err, debounce.ErrEvictionPolicy) && !errors.Is(err, debounce.ErrNoPersistence) {
 		return fail(fmt.Errorf("redis: %w", err))
+	}
+	for _, check := range []struct {
+		sentinel error
+		refuse   bool
+		hint     string
+	}{
+		{debounce.ErrEvictionPolicy, refuseEviction || cfg.Redis.Eviction == config.EvictionRefuse, "redis.eviction: refuse (or --refuse-eviction) refuses to start"},
+		{debounce.ErrNoPersistence, cfg.Redis.Persistence == config.EvictionRefuse, "redis.persistence: refuse (or --refuse-no-persistence) refuses to start"},
+	} {
+		if !errors.Is(err, check.sentinel) {
+			continue
+		}
+		msg := err.Error()
+		for _, e := range unwrapJoined(err) {
+			if errors.Is(e, check.sentinel) {
+				msg = e.Error()
+			}
+		}
+		if check.refuse {
+			return fail(fmt.Errorf("redis: %s", msg))
+		}
+		log.Warn("redis: "+msg, "hint", check.hint)
 	}
 	if err := c.Redis.Ping(ctx).Err(); err != nil {
 		return fail(fmt.Errorf("redis: %s: %w (check the address, credentials and TLS settings)", describeRedis(cfg, redisURL), err))
@@ -186,12 +205,27 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	if c.Coalescer, err = debounce.New(dcfg); err != nil {
 		return fail(err)
 	}
-	log.Info("connected", "redis_version", info.Version, "redis_eviction", info.EvictionPolicy,
+	persistence := "unknown (the server does not say)"
+	if info.Persistence != nil {
+		persistence = info.Persistence.String()
+	}
+	if c.Embedded {
+		persistence = "snapshot in the data folder every second and at a graceful stop"
+	}
+	log.Info("connected", "redis_version", info.Version, "redis_eviction", info.EvictionPolicy, "redis_persistence", persistence,
 		"nats_version", c.Publisher.ServerVersion(), "stream", c.Publisher.Stream(), "policies", len(cfg.Policies))
 	if c.Dev != nil {
 		logRestore(ctx, c, log)
 	}
 	return c, nil
+}
+
+// unwrapJoined returns the errors joined in err (or err alone).
+func unwrapJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // EmbeddedSnapshot is the in-process Redis's snapshot file, in the data folder.

@@ -59,10 +59,11 @@ func atExit(f func()) {
 // RedisServer is a redis-server process started for tests (or an external
 // one from REDIS_URL, which is never stopped).
 type RedisServer struct {
-	Addr string // host:port on loopback
-	URL  string // redis://host:port/0
-	cmd  *exec.Cmd
-	dir  string
+	Addr  string // host:port on loopback
+	URL   string // redis://host:port/0
+	cmd   *exec.Cmd
+	dir   string
+	extra []string // server options of every start (NewRedisWith)
 }
 
 // Stop kills the server (it is restartable with Start on the same port).
@@ -75,13 +76,14 @@ func (s *RedisServer) Stop() {
 	s.cmd = nil
 }
 
-// Start (re)starts a stopped server on the same port, with no data.
+// Start (re)starts a stopped server on the same port: with no data, unless
+// it was started with persistence (NewRedisWith), which it then reloads.
 func (s *RedisServer) Start() error {
 	if s.cmd != nil {
 		return nil
 	}
 	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd, err := startRedisProcess(s.dir, port)
+	cmd, err := startRedisProcess(s.dir, port, s.extra...)
 	if err != nil {
 		return err
 	}
@@ -136,9 +138,24 @@ func NewRedis(t testing.TB) *RedisServer {
 	return s
 }
 
+// NewRedisWith starts a private redis-server with extra options (say
+// "--appendonly", "yes", "--appendfsync", "always"), kept on every restart in
+// the same folder; it is stopped when the test ends.
+func NewRedisWith(t testing.TB, extra ...string) *RedisServer {
+	t.Helper()
+	s, err := startRedis(extra)
+	if err != nil {
+		skipOrFail(t, err.Error())
+	}
+	t.Cleanup(s.cleanup)
+	return s
+}
+
 // StartRedis starts a redis-server on a free loopback port with persistence
 // off. The caller stops it.
-func StartRedis() (*RedisServer, error) {
+func StartRedis() (*RedisServer, error) { return startRedis(nil) }
+
+func startRedis(extra []string) (*RedisServer, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, errors.New("redis-server is not on PATH: install it (apt-get install -y redis-server) or set REDIS_URL")
 	}
@@ -151,12 +168,12 @@ func StartRedis() (*RedisServer, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmd, err := startRedisProcess(dir, strconv.Itoa(port))
+		cmd, err := startRedisProcess(dir, strconv.Itoa(port), extra...)
 		if err != nil {
 			continue // the port was taken in between; try another
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		return &RedisServer{Addr: addr, URL: "redis://" + addr + "/0", cmd: cmd, dir: dir}, nil
+		return &RedisServer{Addr: addr, URL: "redis://" + addr + "/0", cmd: cmd, dir: dir, extra: extra}, nil
 	}
 	_ = os.RemoveAll(dir)
 	return nil, errors.New("could not start redis-server on a free port after 5 attempts")
