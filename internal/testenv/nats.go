@@ -34,6 +34,7 @@ type NATSServer struct {
 	srv  *server.Server
 	bin  string // process server
 	log  string
+	args []string // more process options (a cluster node's)
 	proc *natsProc
 }
 
@@ -161,7 +162,7 @@ func (s *NATSServer) startProcess() error {
 		return nil
 	}
 	port := strconv.Itoa(s.port)
-	cmd := exec.Command(s.bin, "-js", "-sd", s.Dir, "-a", "127.0.0.1", "-p", port, "-l", s.log)
+	cmd := exec.Command(s.bin, append([]string{"-js", "-sd", s.Dir, "-a", "127.0.0.1", "-p", port, "-l", s.log}, s.args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test binary
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.bin, err)
