@@ -50,17 +50,7 @@ type Config struct {
 	// it is taken from the Publisher when it reports one (the JetStream
 	// publisher does), else DefaultMaxAge.
 	MaxAge time.Duration
-	// RepairAfter is how long past its due time a round that no job has
-	// taken counts as overdue (default DefaultRepairAfter): the reaper then
-	// looks for its message in the stream and publishes its job again if
-	// the stream lost it. A job that merely waits for a worker is found and
-	// left alone, however long it waits.
-	RepairAfter time.Duration
 }
-
-// DefaultRepairAfter is when a round not taken past its due time counts as
-// overdue.
-const DefaultRepairAfter = time.Minute
 
 // maxAger is a Publisher that knows how long its stream keeps a job.
 type maxAger interface{ MaxAge() time.Duration }
@@ -95,8 +85,7 @@ type Coalescer struct {
 	hooks    Hooks
 	batch    *batcher // nil: unbatched
 	maxAge   time.Duration
-	repair   time.Duration // RepairAfter
-	overdue  overdueSet    // packed rounds whose identity this process wrote
+	overdue  overdueSet // packed rounds whose identity this process wrote
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
@@ -153,10 +142,7 @@ func New(cfg Config) (*Coalescer, error) {
 	if err := c.setMaxAge(cfg.MaxAge); err != nil {
 		return nil, err
 	}
-	if cfg.RepairAfter < 0 {
-		return nil, fmt.Errorf("%w: Config.RepairAfter %v must not be negative", ErrInvalidPolicy, cfg.RepairAfter)
-	}
-	c.repair = cmp.Or(cfg.RepairAfter, DefaultRepairAfter)
+
 	if clientRetries(c.rdb) {
 		c.log.Warn("the Redis client resends commands whose reply was lost (MaxRetries); set MaxRetries: -1, or a resent opening can reopen a round that already ran")
 	}

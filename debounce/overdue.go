@@ -22,13 +22,20 @@ func dueOf(job Job) time.Time {
 	return job.DueAt
 }
 
+// noteAfter: a packed round joined this long past its due time has its
+// identity kept. Schedules fire within about half a second, so by then its
+// job should have started; the cost is one small call per such round.
+const noteAfter = 500 * time.Millisecond
+
 // noteIfOverdue writes the identity of a packed round that the event just
-// joined when the round is overdue: its job should have started RepairAfter
-// ago. Either the job waits for a worker (then nothing comes of it) or the
-// stream lost it, and the reaper needs the identity to publish it again. At
-// most once per round and process; a failure is retried by the next event.
+// joined when the round is past its due time and not taken. Either its job
+// waits for a worker (then nothing comes of it) or the stream lost it (or, a
+// Redis restored from an older snapshot, the job already ran), and the
+// reaper needs the identity to publish it again once it is RepairAfter
+// overdue. At most once per round and process; a failure is retried by the
+// next event.
 func (c *Coalescer) noteIfOverdue(ctx context.Context, p *compiled, job Job, now time.Time) {
-	if !now.After(dueOf(job).Add(c.repair)) {
+	if !now.After(dueOf(job).Add(noteAfter)) {
 		return
 	}
 	rkey := c.jobRedisKey(job)

@@ -48,14 +48,23 @@ type Reaper struct {
 	seen    map[string]string    // unpublished: key -> what the previous pass saw
 	missing map[string]string    // overdue, message missing: key -> what the previous pass saw
 	present map[string]time.Time // overdue, message there: key|token -> not looked up again before
+	// RepairAfter is how long past its due time a round that no job has
+	// taken counts as overdue (DefaultRepairAfter): the reaper then looks
+	// for its message in the stream, and publishes its job again if the
+	// stream lost it. A job that merely waits for a worker is found and left
+	// alone, however long it waits.
+	RepairAfter time.Duration
 	// MaxLookups bounds the Locator calls of one pass (DefaultMaxLookups):
 	// with workers away every round is overdue, and the rest wait for the
 	// next passes.
 	MaxLookups int
 }
 
-// DefaultMaxLookups bounds the stream lookups of one reaper pass.
-const DefaultMaxLookups = 10_000
+// Defaults of a Reaper.
+const (
+	DefaultRepairAfter = time.Minute
+	DefaultMaxLookups  = 10_000
+)
 
 // recheckAfter is how long a round whose message was found is not looked up
 // again: its job waits for a worker.
@@ -81,7 +90,7 @@ type ReapReport struct {
 // the round's token and version).
 func (c *Coalescer) NewReaper() *Reaper {
 	r := &Reaper{c: c, seen: map[string]string{}, missing: map[string]string{}, present: map[string]time.Time{},
-		MaxLookups: DefaultMaxLookups}
+		RepairAfter: DefaultRepairAfter, MaxLookups: DefaultMaxLookups}
 	r.loc, _ = c.pub.(Locator)
 	return r
 }
@@ -308,7 +317,7 @@ func (r *Reaper) state(ctx context.Context, key string, now time.Time) (roundSta
 			return st, nil // no identity: opened by an older version
 		}
 		due, _ := strconv.ParseInt(str(4), 10, 64)
-		if !now.After(msTime(due).Add(r.c.repair)) {
+		if !now.After(msTime(due).Add(r.RepairAfter)) {
 			return st, nil
 		}
 		_, job, err := parseIdentity(str(6))
@@ -342,7 +351,7 @@ func (r *Reaper) identityRound(ctx context.Context, key string, now time.Time) (
 		r.c.log.WarnContext(ctx, "reaper: unreadable round identity", "key", key, "err", err)
 		return overdueRound{}, false, nil
 	}
-	if !now.After(dueOf(job).Add(r.c.repair)) {
+	if !now.After(dueOf(job).Add(r.RepairAfter)) {
 		return overdueRound{}, false, nil
 	}
 	o := overdueRound{rkey: strings.TrimSuffix(key, "j"), idKey: key, job: job, token: job.Token, marker: repairs,

@@ -14,8 +14,8 @@ import (
 	"github.com/coalesce-io/coalesce/worker"
 )
 
-// repairPolicies: one of each kind of round a job releases. A one-second
-// RepairAfter makes rounds overdue quickly.
+// repairPolicies: one of each kind of round a job releases. The tests give
+// the reaper a one-second RepairAfter, so rounds are overdue quickly.
 var repairPolicies = []debounce.Policy{
 	{Type: "fixed", Mode: debounce.ModeDebounce, Window: time.Second, KeyFields: []string{"tenant"}},
 	{Type: "accum", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadAccumulate, ItemField: "id", KeyFields: []string{"tenant"}},
@@ -52,7 +52,7 @@ func TestReaperRepairsRoundsTheStreamLost(t *testing.T) {
 	for name, rdb := range redisBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := newStackWith(t, testenv.NATS(t), rdb, func(c *debounce.Config) { c.RepairAfter = time.Second }, repairPolicies...)
+			s := newStackWith(t, testenv.NATS(t), rdb, nil, repairPolicies...)
 			for _, typ := range repairTypes() {
 				for i := range 3 {
 					s.submit(t, typ, fmt.Sprintf(`{"tenant":"a","id":%d}`, i))
@@ -83,6 +83,7 @@ func TestReaperRepairsRoundsTheStreamLost(t *testing.T) {
 				s.submit(t, typ, `{"tenant":"a","id":3}`)
 			}
 			r := s.co.NewReaper()
+			r.RepairAfter = time.Second
 			first, err := r.Pass(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -136,7 +137,7 @@ func TestReaperRepairsRoundsTheStreamLost(t *testing.T) {
 // them: when the workers come back, each round runs once, with all its data.
 func TestReaperLeavesQueuedJobsAlone(t *testing.T) {
 	t.Parallel()
-	s := newStackWith(t, testenv.NATS(t), testenv.SharedRedis(t).Client(t), func(c *debounce.Config) { c.RepairAfter = time.Second }, repairPolicies...)
+	s := newStackWith(t, testenv.NATS(t), testenv.SharedRedis(t).Client(t), nil, repairPolicies...)
 	for _, typ := range repairTypes() {
 		for i := range 3 {
 			s.submit(t, typ, fmt.Sprintf(`{"tenant":"b","id":%d}`, i))
@@ -147,6 +148,7 @@ func TestReaperLeavesQueuedJobsAlone(t *testing.T) {
 		s.submit(t, typ, `{"tenant":"b","id":3}`) // overdue joins: identities kept (throttle: the second)
 	}
 	r := s.co.NewReaper()
+	r.RepairAfter = time.Second
 	for pass := range 3 {
 		rep, err := r.Pass(context.Background())
 		if err != nil {

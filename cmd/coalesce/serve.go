@@ -109,7 +109,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	natsListen := fs.String("nats-listen", "", "development mode: where the in-process NATS listens (default 127.0.0.1:4222)")
 	redisListen := fs.String("redis-listen", "", "development mode: where the in-process Redis listens (default 127.0.0.1:6379)")
 	dataDir := fs.String("data", "", "development mode: the NATS store folder (default ./coalesce-data)")
-	reapEvery := fs.Duration("reap-every", 0, "how often to release rounds reserved and never published (a producer died in between); default 1m")
+	reapEvery := fs.Duration("reap-every", 0, "how often to release rounds reserved and never published (a producer died in between), and look for rounds whose job the stream lost; default 1m")
+	repairAfter := fs.Duration("repair-after", 0, "a round not taken this long past its due time is looked up in the stream, and its job published again if the stream lost it; default 1m")
 	refuse := fs.Bool("refuse-eviction", false, "refuse to start when Redis may evict keys (maxmemory-policy allkeys-*); default: warn")
 	refusePersist := fs.Bool("refuse-no-persistence", false, "refuse to start when Redis has neither AOF nor RDB persistence (a restart would lose every round); default: warn")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -143,7 +144,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if len(cfg.Policies) == 0 {
 		log.Warn("no policies configured: every event will be refused with 404 no_policy; add policies to a --config file (see README)")
 	}
-	err = daemon.Run(ctx, daemon.Options{Config: cfg, Logger: log, RefuseEviction: *refuse, ReapEvery: *reapEvery})
+	err = daemon.Run(ctx, daemon.Options{Config: cfg, Logger: log, RefuseEviction: *refuse, ReapEvery: *reapEvery, RepairAfter: *repairAfter})
 	if err != nil {
 		return fmt.Errorf("%s", strings.TrimSpace(err.Error()))
 	}

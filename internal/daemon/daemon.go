@@ -37,6 +37,9 @@ type Options struct {
 	// ReapEvery is the reaper's period (DefaultReapEvery): a round reserved
 	// and never published is released within two periods.
 	ReapEvery time.Duration
+	// RepairAfter is how long past its due time a round not taken counts
+	// as overdue, and is looked up in the stream (debounce.DefaultRepairAfter).
+	RepairAfter time.Duration
 }
 
 // DefaultReapEvery is how often the daemon looks for rounds reserved and
@@ -44,8 +47,11 @@ type Options struct {
 const DefaultReapEvery = time.Minute
 
 // reap runs reaper passes until ctx ends.
-func reap(ctx context.Context, co *debounce.Coalescer, every time.Duration, m *Metrics, log *slog.Logger) {
+func reap(ctx context.Context, co *debounce.Coalescer, every, repairAfter time.Duration, m *Metrics, log *slog.Logger) {
 	r := co.NewReaper()
+	if repairAfter > 0 {
+		r.RepairAfter = repairAfter
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -346,7 +352,7 @@ func Run(ctx context.Context, o Options) error {
 	if every <= 0 {
 		every = DefaultReapEvery
 	}
-	go reap(reapCtx, c.Coalescer, every, m, log)
+	go reap(reapCtx, c.Coalescer, every, o.RepairAfter, m, log)
 	addr := ln.Addr().String()
 	log.Info("serving", "http", addr, "events_subject", c.Publisher.Subjects().Prefix+".events.<type>",
 		"durable_ingest", cfg.NATS.Ingest.Durable, "cron_rules", len(rules))
