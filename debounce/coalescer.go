@@ -402,13 +402,16 @@ func (c *Coalescer) publishOpened(ctx context.Context, p *compiled, d Decision, 
 		c.markPublished(ctx, p, d.Key, r)
 		return d, nil
 	}
-	kept, err := c.backout(ctx, r)
-	if err != nil {
+	res, err := c.backout(ctx, r)
+	switch {
+	case err != nil:
 		return d, errors.Join(pubErr, fmt.Errorf("%w: backing out the round: %w", ErrStoreUnavailable, err))
-	}
-	if kept {
+	case res == backoutKept:
 		return d, nil // a joiner published it: this event is covered
 	}
+	// Backed out, or joined meanwhile and left to the joiner, who is
+	// publishing it (or fails too and the reaper releases it): either way
+	// this event is not known to be covered.
 	return d, pubErr
 }
 
@@ -633,21 +636,42 @@ func (c *Coalescer) markPublished(ctx context.Context, p *compiled, key RoundKey
 	}
 }
 
-// backout undoes a round whose publish failed, unless a joiner has published
-// it meanwhile (kept).
-func (c *Coalescer) backout(ctx context.Context, r reply) (kept bool, err error) {
+// What backing out a round did.
+const (
+	backoutRemoved = iota // the round is gone (or was not the caller's any more)
+	backoutKept           // a joiner published it meanwhile: the caller's event is covered
+	backoutShared         // a joiner joined it and may be publishing it: left in place
+)
+
+// backout undoes a round whose publish failed, unless an event joined it
+// meanwhile: its submitter publishes the round itself, and deleting it
+// under that publish would lose the joiner's accepted event (its job would
+// find no round).
+func (c *Coalescer) backout(ctx context.Context, r reply) (int, error) {
 	if r.token.isHashToken() {
 		res, err := takeRoundScript.Run(ctx, c.rdb, []string{r.rkey},
 			strconv.FormatUint(uint64(r.token), 10), 0, 0, "backout", 0).Slice()
 		if err != nil {
-			return false, err
+			return backoutRemoved, err
 		}
-		return len(res) > 0 && res[0] == int64(3), nil
+		switch {
+		case len(res) > 0 && res[0] == int64(3):
+			return backoutKept, nil
+		case len(res) > 0 && res[0] == int64(6):
+			return backoutShared, nil
+		}
+		return backoutRemoved, nil
 	}
 	exp, rnd := r.token.packedParts()
 	res, err := releasePackedScript.Run(ctx, c.rdb, []string{r.rkey}, exp, rnd, "backout", 0).Int64Slice()
 	if err != nil {
-		return false, err
+		return backoutRemoved, err
 	}
-	return len(res) > 0 && res[0] == 2, nil
+	switch {
+	case len(res) > 0 && res[0] == 2:
+		return backoutKept, nil
+	case len(res) > 0 && res[0] == 4:
+		return backoutShared, nil
+	}
+	return backoutRemoved, nil
 }

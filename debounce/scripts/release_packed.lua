@@ -19,10 +19,12 @@
 --   0 missing (expired, or already closed)
 --  -1 stale token: another round holds the key (value: its packed value)
 --   2 kept: published meanwhile by a joiner (backout only)
+--   4 shared: joined meanwhile, not yet published (backout only): the
+--     joiner publishes it, or fails too and the reaper releases it
 --   3 retry: already taken by an earlier delivery (value: the taken copy;
 --     starts: deliveries that reached it, this one included)
 
-local RND, PUB = 549755813888, 274877906944 -- 2^39, 2^38
+local RND, PUB, CNT = 549755813888, 274877906944, 65536 -- 2^39, 2^38, 2^16
 local raw = redis.call('GET', KEYS[1])
 local mine = false
 local v = 0
@@ -43,8 +45,9 @@ if not mine then
   if raw then return {-1, v} end
   return {0, 0}
 end
-if ARGV[3] == 'backout' and math.floor(v / PUB) % 2 == 1 then
-  return {2, v}
+if ARGV[3] == 'backout' then
+  if math.floor(v / PUB) % 2 == 1 then return {2, v} end
+  if math.floor(v / CNT) % 4194304 > 1 then return {4, v} end
 end
 redis.call('DEL', KEYS[1])
 if KEYS[3] then redis.call('DEL', KEYS[3]) end

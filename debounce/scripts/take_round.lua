@@ -20,6 +20,9 @@
 --   {-1}                    stale token
 --   {2, due, version}       not due yet (take only)
 --   {3}                     kept: published meanwhile (backout only)
+--   {6}                     shared: joined meanwhile, not yet published
+--                           (backout only): the joiner publishes it, or
+--                           fails too and the reaper releases it
 --   {5, field, value, ...}  retry: already taken by an earlier delivery (field
 --                           s: deliveries that reached it, this one included)
 
@@ -36,8 +39,10 @@ if t ~= ARGV[1] then
   if t then return {-1} end
   return {0}
 end
-if ARGV[4] == 'backout' and redis.call('HGET', key, 'p') == '1' then
-  return {3}
+if ARGV[4] == 'backout' then
+  local f = redis.call('HMGET', key, 'p', 'n')
+  if f[1] == '1' then return {3} end
+  if tonumber(f[2]) > 1 then return {6} end
 end
 if ARGV[4] == 'take' then
   local d = tonumber(redis.call('HGET', key, 'd'))

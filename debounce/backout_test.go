@@ -1,0 +1,87 @@
+package debounce_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coalesce-io/coalesce/debounce"
+)
+
+// racingPublisher fails the first publish, the opener's, and lets a joiner
+// in while it does: the joiner's own publish of the round succeeds, but its
+// ack comes back only after the opener has given up and backed out.
+type racingPublisher struct {
+	mu       sync.Mutex
+	calls    int
+	joinerIn chan struct{} // closed when the joiner's publish has begun
+	release  chan struct{} // closed to let the joiner's publish return
+	join     func()        // starts the joining Submit
+	jobs     []debounce.Job
+}
+
+func (p *racingPublisher) Publish(_ context.Context, job debounce.Job) error {
+	p.mu.Lock()
+	p.calls++
+	n := p.calls
+	p.mu.Unlock()
+	if n == 1 {
+		go p.join()
+		<-p.joinerIn
+		return errors.New("nats: timeout") // the opener's publish fails
+	}
+	close(p.joinerIn)
+	<-p.release
+	p.mu.Lock()
+	p.jobs = append(p.jobs, job)
+	p.mu.Unlock()
+	return nil
+}
+
+// TestBackoutLeavesAJoinedRound: an opener whose publish fails backs its
+// round out, but a round an event has joined meanwhile is no longer only
+// the opener's: the joiner may be publishing it. It must stay, or the
+// joiner's accepted event (and its item) is gone while the round's job runs.
+// The chaos suite's payload check found this under NATS leader kills.
+func TestBackoutLeavesAJoinedRound(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		for _, p := range []debounce.Policy{
+			{Type: "accum", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadAccumulate, ItemField: "id", KeyFields: []string{"tenant"}},
+			{Type: "fixed", Mode: debounce.ModeDebounce, Window: time.Second, KeyFields: []string{"tenant"}},
+		} {
+			pub := &racingPublisher{joinerIn: make(chan struct{}), release: make(chan struct{})}
+			f := newFixtureWith(t, b, func(c *debounce.Config) { c.Publisher = pub; c.Pipelines = -1 }, p)
+			joined := make(chan struct{})
+			var jd debounce.Decision
+			var jerr error
+			pub.join = func() {
+				jd, jerr = f.c.Submit(context.Background(), debounce.Event{Type: p.Type, Args: json.RawMessage(`{"tenant":1,"id":2}`)})
+				close(joined)
+			}
+			_, err := f.c.Submit(context.Background(), debounce.Event{Type: p.Type, Args: json.RawMessage(`{"tenant":1,"id":1}`)})
+			if !errors.Is(err, debounce.ErrPublish) {
+				t.Fatalf("%s: the opener's Submit: %v, want ErrPublish", p.Type, err)
+			}
+			close(pub.release)
+			<-joined
+			if jerr != nil || jd.Outcome != debounce.OutcomeCoalesced {
+				t.Fatalf("%s: the joiner: %+v %v, want coalesced", p.Type, jd, jerr)
+			}
+			if len(pub.jobs) != 1 {
+				t.Fatalf("%s: %d jobs published, want the joiner's one", p.Type, len(pub.jobs))
+			}
+			f.clock.Advance(2 * time.Second)
+			rel := f.start(t, pub.jobs[0])
+			if rel.Result != debounce.ReleaseReleased || rel.Summary.Events != 2 {
+				t.Fatalf("%s: the round's job found %s with %d events; want released with both (the joiner's accepted event among them)", p.Type, rel.Result, rel.Summary.Events)
+			}
+			if p.Type == "accum" && len(rel.Summary.Items) != 2 {
+				t.Errorf("accum: items %s, want the opener's and the joiner's", rel.Summary.Items)
+			}
+		}
+	})
+}
