@@ -24,6 +24,16 @@ type Input struct {
 	RedisLoss []Interval
 	// Throttle: the window of each throttle policy, by job type.
 	Throttle map[string]time.Duration
+	// Accumulate and Last name the job types whose payload is accumulate
+	// (item field id) and last: their payload is checked at job start.
+	Accumulate, Last map[string]bool
+	// SnapshotLoss: the moments before each SIGKILL of an embedded daemon
+	// whose in-process Redis had not reached its snapshot yet (documented
+	// loss: at most the last snapshot interval).
+	SnapshotLoss []Interval
+	// ClockSlack: how far the Redis clock that times throttle windows may
+	// lag real time (the embedded Redis moves its clock every 50 ms).
+	ClockSlack time.Duration
 }
 
 // Causes of a concurrent duplicate round (I2).
@@ -39,6 +49,14 @@ const (
 	CauseStaleClock = "window over before it began (request slower than a window)"
 	// CauseArtifact is not a duplicate round: see dupCause. Counted apart.
 	CauseArtifact = "artifact"
+	// CauseSnapshot: accepted within the last snapshot interval before an
+	// embedded daemon was killed: its in-process Redis kept what it had
+	// written to its snapshot, not later changes (documented).
+	CauseSnapshot = "embedded daemon killed within a snapshot interval"
+	// CauseUnanswered: a summary counts more events than accepted decisions
+	// carry its round: requests that reached Redis and whose answer the
+	// client never got (producer killed, connection dropped).
+	CauseUnanswered = "requests applied whose answer was lost"
 )
 
 // Result is what the checks found in one scenario.
@@ -54,6 +72,10 @@ type Result struct {
 
 	Lost       int
 	LostDetail []string
+	// LostExplained: accepted events not covered by a job start, by a
+	// documented cause (accepted within the last snapshot interval before
+	// an embedded daemon was killed).
+	LostExplained map[string]int
 
 	Dups      int
 	DupCauses map[string]int
@@ -66,10 +88,28 @@ type Result struct {
 	DupDetail      []string
 	Fencing        int
 	FenceDtl       []string
-	LateP50        time.Duration // schedule lateness: first start of a round - its due time
-	LateP99        time.Duration
-	LateMax        time.Duration
-	AccumFired     int // accumulate jobs that started with >= 50 items
+	// FencingExplained: rounds released with fewer events than accepted
+	// decisions carry them, by a documented cause (a Redis restart without
+	// persistence, an embedded daemon killed within a snapshot interval).
+	FencingExplained map[string]int
+
+	// Payload (I1 at payload level): accepted accumulate events whose item
+	// is in no job of their round started after them, and payload-last
+	// rounds whose job carried an event older than one accepted after it.
+	PayloadLost   int
+	PayloadCauses map[string]int
+	PayloadDetail []string
+	PayloadItems  int // accumulate events whose item reached a job
+	PayloadLast   int // payload-last rounds checked
+	// Counts: rounds whose first released job's summary counts exactly the
+	// accepted decisions carrying the round, more by requests whose answer
+	// was lost (explained), or otherwise (off).
+	CountExact, CountSurplus, CountOff int
+	CountDetail                        []string
+	LateP50                            time.Duration // schedule lateness: first start of a round - its due time
+	LateP99                            time.Duration
+	LateMax                            time.Duration
+	AccumFired                         int // accumulate jobs that started with >= 50 items
 	// TokenCollisions: round tokens carried by rounds of two or more keys.
 	TokenCollisions  int
 	LostToCollisions int // lost events whose round's token another key's round also had
@@ -119,7 +159,8 @@ func ms(ns int64) string {
 
 // Check computes I1, I2 and I3 from the logs.
 func Check(in Input) Result {
-	r := Result{Errors: map[string]int{}, DupCauses: map[string]int{}, Releases: map[string]int{}}
+	r := Result{Errors: map[string]int{}, DupCauses: map[string]int{}, Releases: map[string]int{},
+		FencingExplained: map[string]int{}, PayloadCauses: map[string]int{}, LostExplained: map[string]int{}}
 
 	// Job starts, by round and (bypassed) by event id. A round is named by
 	// its job type, key and token: tokens are not unique across keys.
@@ -160,6 +201,7 @@ func Check(in Input) Result {
 	var bypassRounds []*round
 	var windows []window
 	perToken := map[string]int{}   // by round id
+	sentIn := map[string][]int64{} // by round id: when its accepted events were sent
 	lostRounds := map[string]int{} // lost events by round id
 	for i := range in.Events {
 		e := &in.Events[i]
@@ -191,7 +233,9 @@ func Check(in Input) Result {
 			}
 			br.hi = min(br.hi, br.end-1)
 			bypassRounds = append(bypassRounds, br)
-			if !covered {
+			if !covered && snapshotCause(e.Sent, in) != "" {
+				r.LostExplained[CauseSnapshot]++
+			} else if !covered {
 				r.Lost++
 				addDetail(&r.LostDetail, fmt.Sprintf("%s %s key %.12s bypassed (eid %s, sent %s): no job start without a token carrying it", e.Type, e.EID, e.Key, e.EID, ms(e.Sent)))
 			}
@@ -204,6 +248,7 @@ func Check(in Input) Result {
 		}
 		rid := roundID(e.Type, e.Key, e.Round)
 		perToken[rid]++
+		sentIn[rid] = append(sentIn[rid], e.Sent)
 		useToken(e.Round, e.Type+"/"+e.Key)
 		// I1: a start of this round after the event was sent.
 		ss := byRound[rid]
@@ -213,6 +258,10 @@ func Check(in Input) Result {
 				covered = true
 				break
 			}
+		}
+		if !covered && snapshotCause(e.Sent, in) != "" {
+			r.LostExplained[CauseSnapshot]++
+			covered = true
 		}
 		if !covered {
 			r.Lost++
@@ -258,18 +307,32 @@ func Check(in Input) Result {
 	}
 
 	// I3: a job that released its round saw at least the accepted events
-	// that name its token.
+	// that name its token and were sent before it started. (Normally every
+	// one of them: events that name a round were applied before its take.
+	// A round restored stale from an embedded daemon's snapshot takes
+	// events again after its first job, for a second one.)
 	for rid, ss := range byRound {
 		for _, s := range ss {
 			if s.Release != "released" {
 				continue
 			}
-			if n := perToken[rid]; s.Events < n {
+			n := 0
+			for _, sent := range sentIn[rid] {
+				if sent < s.At {
+					n++
+				}
+			}
+			if s.Events < n {
+				if cause := fencingCause(rid, rounds[rid], s.At, in); cause != "" {
+					r.FencingExplained[cause]++
+					continue
+				}
 				r.Fencing++
 				addDetail(&r.FenceDtl, fmt.Sprintf("%s round %s key %.12s: released with %d events, %d accepted decisions carry it", s.Type, s.Round, s.Key, s.Events, n))
 			}
 		}
 	}
+	checkPayloads(in, &r, byRound, rounds, perToken)
 
 	// I2: rounds of one key that were both open at once. Round X opened at
 	// some time before X.hi and was released before X.end; X and Y surely
@@ -297,7 +360,7 @@ func Check(in Input) Result {
 				if max(c.hi, b.hi) >= min(c.end, b.end) {
 					continue
 				}
-				if cc := dupCause(c, b, in.RedisLoss); cc != CauseArtifact {
+				if cc := dupCause(c, b, in); cc != CauseArtifact {
 					a, cause = c, cc
 					break
 				}
@@ -348,15 +411,13 @@ func Check(in Input) Result {
 				r.BornExpired++
 			}
 		}
-		if w.done-p.sent >= wlen {
+		if w.done-p.sent >= wlen-int64(in.ClockSlack) {
 			continue
 		}
 		r.Dups++
 		cause := CauseUnexplain
-		for _, l := range in.RedisLoss {
-			if p.sent < l.To && l.From < w.done {
-				cause = CauseRedisLoss
-			}
+		if c := lossCause(p.sent, w.done, p.sent, in); c != "" {
+			cause = c
 		}
 		if cause == CauseUnexplain && (p.done-p.sent >= wlen || w.done-w.sent >= wlen) {
 			cause = CauseStaleClock
@@ -409,7 +470,7 @@ func msTime(unixMs int64) string {
 	return time.UnixMilli(unixMs).Format("15:04:05.000")
 }
 
-func dupCause(a, b *round, loss []Interval) string {
+func dupCause(a, b *round, in Input) string {
 	if a.bypass || b.bypass {
 		return CauseBypass
 	}
@@ -421,11 +482,10 @@ func dupCause(a, b *round, loss []Interval) string {
 	if a.first == "released" || a.first == "retry" {
 		return CauseArtifact
 	}
-	for _, l := range loss {
-		// A opened before Redis came back, B after it went down.
-		if a.lo < l.To && l.From < b.hi {
-			return CauseRedisLoss
-		}
+	// A opened before Redis came back, B after it went down; or A opened
+	// after an embedded daemon's last snapshot before it was killed.
+	if c := lossCause(a.lo, b.hi, a.lo, in); c != "" {
+		return c
 	}
 	switch {
 	case a.first == "missing" || a.first == "stale_token":

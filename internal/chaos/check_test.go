@@ -89,3 +89,77 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckPayloads plants payload-level violations: an accumulate item in no
+// job, a payload-last job carrying an event older than one accepted after
+// it, and summary counts that match nothing; and checks the documented
+// causes are counted apart.
+func TestCheckPayloads(t *testing.T) {
+	t.Parallel()
+	const sec = int64(time.Second)
+	t0 := int64(1_700_000_000) * sec
+	ev := func(seq int, typ, outcome string, sent int64, id int) EventRecord {
+		return EventRecord{Seq: int64(seq), EID: fmt.Sprintf("e%d", seq), Type: typ, Tenant: "t1", Key: "k-" + typ, Status: 200,
+			Outcome: outcome, Round: "r-" + typ, Sent: sent, Done: sent + int64(time.Millisecond), ID: id, Events: 1}
+	}
+	clean := func() Input {
+		return Input{
+			Accumulate: map[string]bool{"accum": true}, Last: map[string]bool{"extend": true},
+			Events: []EventRecord{
+				ev(1, "accum", "scheduled", t0, 7),
+				ev(2, "accum", "coalesced", t0+sec/10, 8),
+				ev(3, "accum", "coalesced", t0+sec/5, 7),
+				ev(4, "extend", "scheduled", t0, 0),
+				ev(5, "extend", "extended", t0+sec/2, 0),
+			},
+			Starts: []JobStart{
+				{Type: "accum", Key: "k-accum", Round: "r-accum", Release: "released", At: t0 + sec, Events: 3, ItemList: []string{"7", "8"}},
+				{Type: "extend", Key: "k-extend", Round: "r-extend", Release: "released", At: t0 + 2*sec, Events: 2, PayloadEID: "e5"},
+			},
+		}
+	}
+	cases := []struct {
+		name   string
+		mutate func(in *Input)
+		lost   int
+		causes map[string]int
+		off    int
+	}{
+		{"clean", func(*Input) {}, 0, nil, 0},
+		{"item missing", func(in *Input) { in.Starts[0].ItemList = []string{"7"} }, 1, map[string]int{CauseUnexplain: 1}, 0},
+		{"item missing after a redis restart", func(in *Input) {
+			in.Starts[0].ItemList = []string{"7"}
+			in.RedisLoss = []Interval{{From: t0 + sec/2, To: t0 + sec/2 + 1}}
+		}, 1, map[string]int{CauseRedisLoss: 1}, 0},
+		{"item missing after an embedded kill", func(in *Input) {
+			in.Starts[0].ItemList = []string{"7"}
+			in.SnapshotLoss = []Interval{{From: t0, To: t0 + sec/2}}
+		}, 1, map[string]int{CauseSnapshot: 1}, 0},
+		{"stale last", func(in *Input) { in.Starts[1].PayloadEID = "e4" }, 1, map[string]int{CauseUnexplain: 1}, 0},
+		{"last from another round", func(in *Input) { in.Starts[1].PayloadEID = "e2" }, 1, map[string]int{CauseUnexplain: 1}, 0},
+		{"count too high", func(in *Input) { in.Starts[0].Events = 5 }, 0, nil, 1},
+		{"count too high, explained by an unanswered request", func(in *Input) {
+			in.Starts[0].Events = 4
+			in.Events = append(in.Events, EventRecord{Seq: 9, EID: "e9", Type: "accum", Tenant: "t1", Sent: t0 + sec/3, Done: t0 + sec/3 + 1})
+		}, 0, nil, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			in := clean()
+			c.mutate(&in)
+			r := Check(in)
+			if r.PayloadLost != c.lost || r.CountOff != c.off || len(r.PayloadCauses) != len(c.causes) {
+				t.Fatalf("payload lost %d (%v) counts off %d; want %d %v %d\n%v\n%v", r.PayloadLost, r.PayloadCauses, r.CountOff, c.lost, c.causes, c.off, r.PayloadDetail, r.CountDetail)
+			}
+			for k, v := range c.causes {
+				if r.PayloadCauses[k] != v {
+					t.Errorf("cause %q: %d, want %d (%v)", k, r.PayloadCauses[k], v, r.PayloadCauses)
+				}
+			}
+			if c.name == "clean" && (r.PayloadItems != 3 || r.PayloadLast != 1 || r.CountExact != 2) {
+				t.Errorf("clean: %d items reached, %d last rounds checked, %d exact counts; want 3, 1, 2", r.PayloadItems, r.PayloadLast, r.CountExact)
+			}
+		})
+	}
+}

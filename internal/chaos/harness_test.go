@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,12 +33,17 @@ import (
 var jobTypes = []string{"fixed", "extend", "accum", "dedup", "throttle"}
 
 // policyYAML is the configuration every process of a scenario reads.
-func policyYAML(fail string, minimal bool) string {
+func policyYAML(sc scenario) string {
+	fail, minimal := sc.fail, sc.minimal
 	maxWait, throttle := "4s", "2s"
 	if minimal {
 		maxWait, throttle = "2s", "1s"
 	}
-	return fmt.Sprintf(`worker:
+	natsYAML := ""
+	if sc.natsCluster {
+		natsYAML = "nats:\n  replicas: 3\n"
+	}
+	return natsYAML + fmt.Sprintf(`worker:
   concurrency: 64
   ack_wait: 2s
 policies:
@@ -357,13 +363,18 @@ type env struct {
 	dir       string
 	redis     *testenv.RedisServer
 	nats      *testenv.NATSServer
-	proxies   map[string]*Proxy // "p0.redis", "w1.nats", ...
+	cluster   *testenv.NATSCluster // a 3-node cluster instead of nats (natsCluster scenarios)
+	natsURL   string               // where the checks read the stream
+	proxies   map[string]*Proxy    // "p0.redis", "w1.nats", ...
 	producers []*proc
 	workers   []*proc
 
-	mu        sync.Mutex
-	redisLoss []Interval
-	faults    []string // what the fault program did, for the log
+	redisKeeps bool // redis-server runs with persistence: a restart keeps the data
+
+	mu           sync.Mutex
+	redisLoss    []Interval
+	snapshotLoss []Interval // embedded daemon SIGKILLs: the interval its snapshot may lack
+	faults       []string   // what the fault program did, for the log
 
 	jobOffsets map[string]int64
 	starts     []JobStart
@@ -394,19 +405,46 @@ func (e *env) proxiesOf(server string) []*Proxy {
 	return out
 }
 
-// newEnv starts fresh servers, the proxies, 2 producers and 2 workers.
+// newEnv starts fresh servers, the proxies, 2 producers and 2 workers: or,
+// for an embedded scenario, one `coalesce serve` on its embedded servers and
+// 2 workers connected to them; for a NATS cluster scenario, three clustered
+// nats-servers that every process reaches directly.
 func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 	t.Helper()
-	e := &env{t: t, dir: scenarioDir(t, sc.name), proxies: map[string]*Proxy{}, jobOffsets: map[string]int64{}}
-	e.redis = testenv.NewRedis(t)
-	e.nats = testenv.NATSProcess(t)
+	e := &env{t: t, dir: scenarioDir(t, sc.name), proxies: map[string]*Proxy{}, jobOffsets: map[string]int64{},
+		redisKeeps: len(sc.redisArgs) > 0}
 	cfg := filepath.Join(e.dir, "coalesce.yaml")
-	if err := os.WriteFile(cfg, []byte(policyYAML(sc.fail, sc.minimal)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(policyYAML(sc)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	natsAddr := strings.TrimPrefix(e.nats.URL, "nats://")
-	for _, who := range []string{"p0", "p1", "w0", "w1"} {
-		for server, target := range map[string]string{"redis": e.redis.Addr, "nats": natsAddr} {
+	redisAddr, natsAddr := "", ""
+	natsDirect := "" // URLs every process uses as they are (no proxy)
+	switch {
+	case sc.embedded:
+		redisAddr, natsAddr = freeAddr(t), freeAddr(t)
+	case sc.natsCluster:
+		e.redis = testenv.NewRedisWith(t, sc.redisArgs...)
+		e.cluster = testenv.NewNATSCluster(t, 3)
+		redisAddr, natsDirect = e.redis.Addr, e.cluster.URLs()
+	default:
+		e.redis = testenv.NewRedisWith(t, sc.redisArgs...)
+		e.nats = testenv.NATSProcess(t)
+		redisAddr, natsAddr = e.redis.Addr, strings.TrimPrefix(e.nats.URL, "nats://")
+	}
+	e.natsURL = cmp.Or(natsDirect, "nats://"+natsAddr)
+	producers, workers := []string{"p0", "p1"}, []string{"w0", "w1"}
+	if sc.embedded {
+		producers = []string{"p0"} // the embedded servers live in it; it needs no proxy
+	}
+	targets := map[string]string{"redis": redisAddr, "nats": natsAddr}
+	for _, who := range append(producers, workers...) {
+		if sc.embedded && who == "p0" {
+			continue
+		}
+		for server, target := range targets {
+			if server == "nats" && natsDirect != "" {
+				continue
+			}
 			p, err := NewProxy(target)
 			if err != nil {
 				t.Fatal(err)
@@ -415,22 +453,28 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 			e.proxies[who+"."+server] = p
 		}
 	}
-	for i := range 2 {
-		name := fmt.Sprintf("p%d", i)
+	natsFor := func(who string) string {
+		if natsDirect != "" {
+			return natsDirect
+		}
+		return "nats://" + e.proxies[who+".nats"].Addr()
+	}
+	for _, name := range producers {
 		p := &proc{name: name, bin: bins.coalesce, dir: e.dir, addr: freeAddr(t),
 			outArgs: func(int) []string { return nil }}
-		p.args = []string{"serve", "--config", cfg,
-			"--redis", "redis://" + e.proxies[name+".redis"].Addr() + "/0",
-			"--nats", "nats://" + e.proxies[name+".nats"].Addr(),
-			"--http", p.addr, "--reap-every", "5s"}
+		p.args = []string{"serve", "--config", cfg, "--http", p.addr, "--reap-every", "5s", "--repair-after", "2s"}
+		if sc.embedded {
+			p.args = append(p.args, "--nats-listen", natsAddr, "--redis-listen", redisAddr, "--data", filepath.Join(e.dir, "data"))
+		} else {
+			p.args = append(p.args, "--redis", "redis://"+e.proxies[name+".redis"].Addr()+"/0", "--nats", natsFor(name))
+		}
 		e.producers = append(e.producers, p)
 	}
-	for i := range 2 {
-		name := fmt.Sprintf("w%d", i)
+	for _, name := range workers {
 		p := &proc{name: name, bin: bins.worker, dir: e.dir, addr: freeAddr(t), worker: true}
 		p.args = []string{"--config", cfg,
 			"--redis", "redis://" + e.proxies[name+".redis"].Addr() + "/0",
-			"--nats", "nats://" + e.proxies[name+".nats"].Addr(),
+			"--nats", natsFor(name),
 			"--type", strings.Join(jobTypes, ","), "--name", name, "--metrics", p.addr,
 			"--ack-wait", "2s", "--sleep-max", sc.jobSleep.String()}
 		p.outArgs = func(n int) []string {
@@ -438,23 +482,28 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 		}
 		e.workers = append(e.workers, p)
 	}
-	all := append(append([]*proc(nil), e.producers...), e.workers...)
-	errs := make([]error, len(all))
-	var wg sync.WaitGroup
-	for i, p := range all {
-		wg.Go(func() { errs[i] = p.start(t) })
+	// Producers first: an embedded one runs the servers the workers need.
+	startAll := func(ps []*proc) {
+		errs := make([]error, len(ps))
+		var wg sync.WaitGroup
+		for i, p := range ps {
+			wg.Go(func() { errs[i] = p.startRetry(t, 5) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	wg.Wait()
+	all := append(append([]*proc(nil), e.producers...), e.workers...)
 	t.Cleanup(func() {
 		for _, p := range all {
 			p.stop()
 		}
 	})
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	startAll(e.producers)
+	startAll(e.workers)
 	return e
 }
 
@@ -471,13 +520,18 @@ func scenarioDir(t *testing.T, name string) string {
 	return t.TempDir()
 }
 
-// restartRedis kills redis-server and starts an empty one on the same port.
-func (e *env) restartRedis(down time.Duration) {
+// restartRedis kills redis-server (SIGKILL) and starts it again on the same
+// port: empty, unless it runs with persistence (AOF), which it reloads.
+func (e *env) restartRedis(down time.Duration, keepsData bool) {
 	from := time.Now().UnixNano()
 	e.redis.Stop()
 	time.Sleep(down)
 	if err := e.redis.Start(); err != nil {
 		e.t.Errorf("restart redis-server: %v", err)
+	}
+	if keepsData {
+		e.note("redis-server killed and restarted on its AOF, down %v", down)
+		return
 	}
 	e.mu.Lock()
 	e.redisLoss = append(e.redisLoss, Interval{From: from, To: time.Now().UnixNano()})
@@ -551,7 +605,7 @@ func (e *env) readJobs() {
 
 // streamState counts the stream's pending schedules, jobs and dead letters.
 func (e *env) streamState(ctx context.Context) (sched, jobs, dead uint64, err error) {
-	nc, err := nats.Connect(e.nats.URL, nats.Timeout(2*time.Second))
+	nc, err := nats.Connect(e.natsURL, nats.Timeout(2*time.Second))
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -740,8 +794,9 @@ type decision struct {
 func (l *load) send() EventRecord {
 	seq := l.seq.Add(1)
 	typ, tenant := l.pick()
-	rec := EventRecord{Seq: seq, EID: l.prefix + "-" + strconv.FormatInt(seq, 10), Type: typ, Tenant: tenant, Producer: int(seq % int64(len(l.urls)))}
-	body := fmt.Sprintf(`{"type":%q,"args":{"tenant":%q,"id":%d,"eid":%q}}`, typ, tenant, rand.IntN(1000), rec.EID)
+	rec := EventRecord{Seq: seq, EID: l.prefix + "-" + strconv.FormatInt(seq, 10), Type: typ, Tenant: tenant,
+		Producer: int(seq % int64(len(l.urls))), ID: rand.IntN(1000)}
+	body := fmt.Sprintf(`{"type":%q,"args":{"tenant":%q,"id":%d,"eid":%q}}`, typ, tenant, rec.ID, rec.EID)
 	rec.Sent = time.Now().UnixNano()
 	resp, err := l.client.Post(l.urls[rec.Producer], "application/json", strings.NewReader(body))
 	if err != nil {

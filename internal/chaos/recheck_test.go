@@ -12,10 +12,15 @@ import (
 // meta is what a scenario saves beside its logs so that the checks can be
 // run again on them (TestRecheck).
 type meta struct {
-	Scenario  string        `json:"scenario"`
-	RedisLoss []Interval    `json:"redis_loss"`
-	Throttle  time.Duration `json:"throttle_window"`
-	Faults    []string      `json:"faults"`
+	Scenario  string     `json:"scenario"`
+	RedisLoss []Interval `json:"redis_loss"`
+	// SnapshotLoss: SIGKILLs of an embedded daemon (the interval its
+	// snapshot may lack).
+	SnapshotLoss []Interval `json:"snapshot_loss,omitempty"`
+	// ClockSlack: how far the Redis clock may lag (embedded scenarios).
+	ClockSlack time.Duration `json:"clock_slack,omitempty"`
+	Throttle   time.Duration `json:"throttle_window"`
+	Faults     []string      `json:"faults"`
 }
 
 func writeMeta(path string, m meta) error {
@@ -52,11 +57,15 @@ func TestRecheck(t *testing.T) {
 			for _, f := range files {
 				starts = append(starts, readJSONL[JobStart](t, f)...)
 			}
-			res := Check(Input{Events: events, Starts: starts, RedisLoss: m.RedisLoss, Throttle: map[string]time.Duration{"throttle": m.Throttle}})
+			res := Check(Input{Events: events, Starts: starts, RedisLoss: m.RedisLoss, SnapshotLoss: m.SnapshotLoss, ClockSlack: m.ClockSlack,
+				Throttle:   map[string]time.Duration{"throttle": m.Throttle},
+				Accumulate: map[string]bool{"accum": true}, Last: map[string]bool{"extend": true}})
 			t.Logf("sent %d accepted %d rounds %d starts %d lost %d dups %d %v fencing %d artifacts %d (max %v) collisions %d (lost events in them %d) nominal-window-overlaps %d born-expired %d",
 				res.Sent, res.Accepted, res.Rounds, res.JobsStarted, res.Lost, res.Dups, res.DupCauses, res.Fencing,
 				res.Artifacts, res.ArtifactMax, res.TokenCollisions, res.LostToCollisions, res.StaleWindows, res.BornExpired)
-			for _, d := range append(append(append(res.LostDetail, res.DupDetail...), res.FenceDtl...), append(res.CollisionDetail, res.ArtifactDetail...)...) {
+			t.Logf("payload lost %d %v (items reached %d, last rounds %d); counts exact %d, more by unanswered %d, off %d; fencing explained %v",
+				res.PayloadLost, res.PayloadCauses, res.PayloadItems, res.PayloadLast, res.CountExact, res.CountSurplus, res.CountOff, res.FencingExplained)
+			for _, d := range append(append(append(res.LostDetail, res.DupDetail...), res.FenceDtl...), append(append(res.CollisionDetail, res.ArtifactDetail...), append(res.PayloadDetail, res.CountDetail...)...)...) {
 				t.Log(d)
 			}
 		})

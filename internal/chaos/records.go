@@ -6,6 +6,7 @@ type EventRecord struct {
 	EID      string `json:"eid"` // unique id, carried in the event's args
 	Type     string `json:"type"`
 	Tenant   string `json:"tenant"`
+	ID       int    `json:"id"` // the item the accumulate policy collects (args.id)
 	Producer int    `json:"producer"`
 	Sent     int64  `json:"sent"` // unix ns, before the request was written
 	Done     int64  `json:"done"` // unix ns, after the answer (or error) was read
@@ -39,4 +40,8 @@ type JobStart struct {
 	OpenedAt int64  `json:"opened_at"` // unix ms
 	DueAt    int64  `json:"due_at"`    // unix ms, 0 for an immediate job
 	EID      string `json:"eid"`       // eid in the job's args (the opening event's; the event's when bypassed)
+	// ItemList: the summary's items (accumulate: the ids, canonical JSON).
+	ItemList []string `json:"item_list,omitempty"`
+	// PayloadEID: the eid in the summary's payload (payload last).
+	PayloadEID string `json:"payload_eid,omitempty"`
 }

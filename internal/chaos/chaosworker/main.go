@@ -120,6 +120,16 @@ func run() error {
 		if !job.DueAt.IsZero() {
 			rec.DueAt = job.DueAt.UnixMilli()
 		}
+		for _, it := range job.Summary.Items {
+			rec.ItemList = append(rec.ItemList, string(it))
+		}
+		if len(job.Summary.Payload) > 0 {
+			var p struct {
+				EID string `json:"eid"`
+			}
+			_ = json.Unmarshal(job.Summary.Payload, &p)
+			rec.PayloadEID = p.EID
+		}
 		line, _ := json.Marshal(rec)
 		line = append(line, '\n')
 		mu.Lock()

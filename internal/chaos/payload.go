@@ -1,0 +1,162 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// lossCause names the documented cause of data lost in a round alive over
+// [from, to] (unix ns) whose data changed at changed (the event whose
+// change is missing), or "" when none applies: a Redis restart without
+// persistence during the round's life, or an embedded daemon killed within
+// a snapshot interval after the change.
+func lossCause(from, to, changed int64, in Input) string {
+	for _, l := range in.RedisLoss {
+		if from < l.To && l.From < to {
+			return CauseRedisLoss
+		}
+	}
+	return snapshotCause(changed, in)
+}
+
+// snapshotCause is CauseSnapshot when an event sent at sent was accepted
+// within the last snapshot interval before an embedded daemon was killed.
+func snapshotCause(sent int64, in Input) string {
+	for _, l := range in.SnapshotLoss {
+		if sent >= l.From && sent < l.To {
+			return CauseSnapshot
+		}
+	}
+	return ""
+}
+
+// checkPayloads is I1 at payload level, and the exactness of summary counts:
+//
+//   - accumulate: every accepted event's item is in the items of a job of
+//     its round that started after the event was sent;
+//   - last: a round's first job carries the args of one of its events, and
+//     no accepted event of the round was sent after that one was answered
+//     (it would have been the later one);
+//   - counts: the first released job of a round counts exactly the accepted
+//     decisions carrying it, or more by requests that reached Redis and
+//     whose answer was lost (not-accepted events of the key sent while it
+//     was open).
+//
+// A loss with a documented cause (lossCause) is counted by cause; the
+// others are UNEXPLAINED and fail the suite.
+func checkPayloads(in Input, r *Result, byRound map[string][]JobStart, rounds map[string]*round, perToken map[string]int) {
+	byEID := make(map[string]*EventRecord, len(in.Events))
+	members := map[string][]*EventRecord{} // round -> its accepted events
+	notAccepted := map[string][]int64{}    // type/tenant -> send times
+	for i := range in.Events {
+		e := &in.Events[i]
+		byEID[e.EID] = e
+		if !e.Accepted() {
+			notAccepted[e.Type+"/"+e.Tenant] = append(notAccepted[e.Type+"/"+e.Tenant], e.Sent)
+			continue
+		}
+		if e.Round != "" && e.Outcome != "bypassed" {
+			rid := roundID(e.Type, e.Key, e.Round)
+			members[rid] = append(members[rid], e)
+		}
+	}
+	lose := func(cause, detail string) {
+		if cause == "" {
+			cause = CauseUnexplain
+		}
+		r.PayloadLost++
+		r.PayloadCauses[cause]++
+		if cause == CauseUnexplain || len(r.PayloadDetail) < 4 {
+			addDetail(&r.PayloadDetail, detail+": "+cause)
+		}
+	}
+	for rid, evs := range members {
+		ss := byRound[rid]
+		rd := rounds[rid]
+		if rd == nil || len(ss) == 0 {
+			continue // no start at all: counted by I1 already
+		}
+		typ := evs[0].Type
+		if in.Accumulate[typ] {
+			for _, e := range evs {
+				item := strconv.Itoa(e.ID)
+				found := false
+				for _, s := range ss {
+					if s.At > e.Sent && slices.Contains(s.ItemList, item) {
+						found = true
+						break
+					}
+				}
+				if found {
+					r.PayloadItems++
+					continue
+				}
+				lose(lossCause(e.Sent, ss[len(ss)-1].At, e.Sent, in), fmt.Sprintf("%s %s key %.12s round %s: item %s in no job of the round started after it (%d starts, first %s %s with %d items)",
+					e.Type, e.EID, e.Key, e.Round, item, len(ss), ms(ss[0].At), ss[0].Release, len(ss[0].ItemList)))
+			}
+		}
+		first := ss[0]
+		if in.Last[typ] && (first.Release == "released" || first.Release == "retry") {
+			r.PayloadLast++
+			p := byEID[first.PayloadEID]
+			switch {
+			case p == nil || p.Type != typ || p.Tenant != evs[0].Tenant:
+				lose(lossCause(rd.lo, first.At, rd.lo, in), fmt.Sprintf("%s round %s key %.12s: its job's payload is event %q, not one of the round's", typ, first.Round, evs[0].Key, first.PayloadEID))
+			default:
+				for _, e := range evs {
+					if e.Sent > p.Done && e.Sent < first.At {
+						lose(lossCause(p.Done, first.At, e.Sent, in), fmt.Sprintf("%s round %s key %.12s: its job's payload is event %s (answered %s), but event %s of the round was sent after it (%s)",
+							typ, first.Round, e.Key, p.EID, ms(p.Done), e.EID, ms(e.Sent)))
+						break
+					}
+				}
+			}
+		}
+		// Summary counts, from the first job that found the round (or its
+		// taken copy).
+		if first.Release != "released" && first.Release != "retry" {
+			continue
+		}
+		acc := perToken[rid]
+		switch {
+		case first.Events == acc:
+			r.CountExact++
+		case first.Events > acc:
+			possible := 0
+			for _, sent := range notAccepted[typ+"/"+evs[0].Tenant] {
+				if sent >= rd.lo-int64(30e9) && sent < first.At {
+					possible++
+				}
+			}
+			if first.Events-acc <= possible {
+				r.CountSurplus++
+				continue
+			}
+			r.CountOff++
+			addDetail(&r.CountDetail, fmt.Sprintf("%s round %s key %.12s: summary counts %d events, %d accepted decisions carry it and only %d requests of the key went unanswered",
+				typ, first.Round, evs[0].Key, first.Events, acc, possible))
+		default: // fewer: I3 above
+		}
+	}
+}
+
+// fencingCause explains a round released with fewer events than accepted
+// decisions carry it: a Redis restart without persistence while it was
+// open, or one of its events accepted within an embedded daemon's last
+// snapshot interval before a kill.
+func fencingCause(rid string, rd *round, at int64, in Input) string {
+	if rd == nil {
+		return ""
+	}
+	if c := lossCause(rd.lo, at, 0, in); c != "" {
+		return c
+	}
+	for i := range in.Events {
+		e := &in.Events[i]
+		if e.Accepted() && e.Round != "" && roundID(e.Type, e.Key, e.Round) == rid && snapshotCause(e.Sent, in) != "" {
+			return CauseSnapshot
+		}
+	}
+	return ""
+}
