@@ -97,6 +97,7 @@ type compiled struct {
 	hash       bool                // hash layout (extend, last, accumulate)
 	mix        typeMix             // the type's part of every Redis key
 	life       time.Duration       // see lifetime
+	lifeArg    any                 // life in ms, boxed once: a script argument of every packed call
 	// Throttle with trailing: the trailing round lives until the window end
 	// plus this (the stream's MaxAge).
 	trailingLife time.Duration
@@ -228,6 +229,7 @@ func compile(p Policy, maxAge time.Duration) (*compiled, error) {
 	default:
 		cp.life = p.latestDue() + maxAge
 	}
+	cp.lifeArg = cp.life.Milliseconds()
 	return cp, nil
 }
 
@@ -473,7 +475,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 	nowMs := now.UnixMilli()
 	rnd := newRnd()
 	expiry := now.Add(p.lifetime()).UnixMilli()
-	args := []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifetime().Milliseconds()}
+	args := []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifeArg}
 	if p.Mode == ModeThrottle {
 		wrnd := newRnd()
 		args = append(args, uint64(packOpen(wrnd)), p.Window.Milliseconds(),
@@ -534,8 +536,8 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 	argv := []any{
 		strconv.FormatUint(uint64(token), 10), nowMs, now.Add(p.lifetime()).UnixMilli(), now.Add(p.Window).UnixMilli(),
 		extendWindow, p.MaxWait.Milliseconds(), string(p.Payload), data, p.MaxItems,
-		appendIdentity(nil, job, false),
 	}
+	argv = appendHashIdentity(argv, job)
 	if p.Mode == ModeThrottle {
 		argv = append(argv, uint64(packOpen(newRnd())), p.Window.Milliseconds(), p.trailingLife.Milliseconds())
 	}

@@ -12,11 +12,18 @@ import (
 
 // A round's identity is what it keeps of its job so that the reaper can
 // publish the job again when the stream lost it (purged, removed by hand, a
-// NATS store lost): type, key, fingerprint, mode, payload, lifetime, trace
-// context and args. A hash-layout round keeps it from its opening (field
-// j); a packed round has no room for it (its whole value is one integer),
-// so the first event that finds it overdue writes it beside the round (key
-// suffix "j", with that event's args). JSON, versioned by "v".
+// NATS store lost).
+//
+// A hash-layout round keeps it from its opening, in fields short enough for
+// the hash to stay a listpack (a value over 64 bytes would turn the whole
+// round into a hash table, four times the memory): k the round key's 32
+// bytes then the job type, g the fingerprint when it is not the key (an
+// explicit key), o the opening event's args (payload last has them in a).
+// Mode, payload and lifetime come from the type's policy at repair.
+//
+// A packed round has no room for one (its whole value is one integer), so
+// the first event that finds it overdue writes one beside the round (key
+// suffix "j", with that event's args): JSON, versioned by "v".
 type identity struct {
 	V       int             `json:"v"`
 	Type    string          `json:"type"`
@@ -27,17 +34,59 @@ type identity struct {
 	TTL     int64           `json:"ttl"` // ms
 	Trace   string          `json:"tp,omitempty"`
 	Args    json.RawMessage `json:"args"`
-	// Beside a packed round only (a hash round has them in its fields).
-	Round  string `json:"round,omitempty"`
-	Opened int64  `json:"opened,omitempty"` // unix ms
-	Due    int64  `json:"due,omitempty"`    // unix ms; 0: immediate
+	Round   string          `json:"round,omitempty"`
+	Opened  int64           `json:"opened,omitempty"` // unix ms
+	Due     int64           `json:"due,omitempty"`    // unix ms; 0: immediate
 }
 
 const identityVersion = 1
 
-// appendIdentity writes job's identity; with packed, the round's token and
-// times too. Args are valid JSON (fingerprinted already), copied as they are.
-func appendIdentity(b []byte, job Job, packed bool) []byte {
+// appendHashIdentity adds the identity arguments of open_round.lua (k, g,
+// o) for job.
+func appendHashIdentity(argv []any, job Job) []any {
+	k := make([]byte, 0, len(job.Key)+len(job.Type))
+	k = append(append(k, job.Key[:]...), job.Type...)
+	var g, o []byte
+	if [32]byte(job.Fingerprint) != [32]byte(job.Key) {
+		g = job.Fingerprint[:]
+	}
+	if job.Payload != PayloadLast {
+		o = job.Args
+	}
+	return append(argv, k, g, o)
+}
+
+// hashIdentity rebuilds the job of a hash-layout round from its identity
+// fields (k, g, o) and its last args (a), with its type's policy; ok is
+// false when the round has none (opened by an older version) or its type
+// has no policy any more.
+func (c *Coalescer) hashIdentity(k, g, o, a string) (Job, bool) {
+	if len(k) <= len(RoundKey{}) {
+		return Job{}, false
+	}
+	var job Job
+	copy(job.Key[:], k)
+	job.Type = k[len(RoundKey{}):]
+	p, ok := c.policies[job.Type]
+	if !ok {
+		return Job{}, false
+	}
+	job.Fingerprint = fingerprint.Fingerprint(job.Key)
+	if len(g) == len(job.Fingerprint) {
+		copy(job.Fingerprint[:], g)
+	}
+	job.Mode, job.Payload, job.TTL = p.Mode, p.Payload, p.lifetime()
+	job.Args = json.RawMessage(o)
+	if o == "" {
+		job.Args = json.RawMessage(a)
+	}
+	return job, true
+}
+
+// appendIdentity writes the identity of a packed round's job, with the
+// round's token and times. Args are valid JSON (fingerprinted already),
+// copied as they are.
+func appendIdentity(b []byte, job Job) []byte {
 	b = append(b, `{"v":1,"type":`...)
 	b = strconv.AppendQuote(b, job.Type)
 	b = append(b, `,"key":"`...)
@@ -56,21 +105,18 @@ func appendIdentity(b []byte, job Job, packed bool) []byte {
 	}
 	b = append(b, `,"args":`...)
 	b = append(b, job.Args...)
-	if packed {
-		b = append(b, `,"round":"`...)
-		b = append(b, job.Token.String()...)
-		b = append(b, `","opened":`...)
-		b = strconv.AppendInt(b, job.OpenedAt.UnixMilli(), 10)
-		if !job.DueAt.IsZero() {
-			b = append(b, `,"due":`...)
-			b = strconv.AppendInt(b, job.DueAt.UnixMilli(), 10)
-		}
+	b = append(b, `,"round":"`...)
+	b = append(b, job.Token.String()...)
+	b = append(b, `","opened":`...)
+	b = strconv.AppendInt(b, job.OpenedAt.UnixMilli(), 10)
+	if !job.DueAt.IsZero() {
+		b = append(b, `,"due":`...)
+		b = strconv.AppendInt(b, job.DueAt.UnixMilli(), 10)
 	}
 	return append(b, '}')
 }
 
-// parseIdentity reads an identity back into the job it names (without the
-// token and times of a hash round, which its fields hold).
+// parseIdentity reads a packed round's identity back into the job it names.
 func parseIdentity(raw string) (identity, Job, error) {
 	var id identity
 	if err := json.Unmarshal([]byte(raw), &id); err != nil {

@@ -44,7 +44,7 @@ func (c *Coalescer) noteIfOverdue(ctx context.Context, p *compiled, job Job, now
 		return
 	}
 	exp, rnd := job.Token.packedParts()
-	err := c.eval(ctx, noteOverdueScript, []string{rkey, identityKey(rkey)}, exp, rnd, appendIdentity(nil, job, true)).Err()
+	err := c.eval(ctx, noteOverdueScript, []string{rkey, identityKey(rkey)}, exp, rnd, appendIdentity(nil, job)).Err()
 	if err != nil {
 		c.log.WarnContext(ctx, "could not keep the identity of an overdue round; the next event tries again",
 			"job_type", p.Type, "key", job.Key.String(), "token", job.Token.String(), "err", err)

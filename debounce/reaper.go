@@ -307,23 +307,22 @@ func (r *Reaper) state(ctx context.Context, key string, now time.Time) (roundSta
 		}
 		return roundState{compare: fmt.Sprint(v) + "|", unpublished: !packed(v).published()}, nil
 	case "hash":
-		f, err := r.c.rdb.HMGet(ctx, key, "t", "n", "p", "v", "d", "f", "j").Result()
-		if err != nil || len(f) != 7 || f[0] == nil {
+		f, err := r.c.rdb.HMGet(ctx, key, "t", "n", "p", "v", "d", "f", "k", "g", "o", "a").Result()
+		if err != nil || len(f) != 10 || f[0] == nil {
 			return roundState{}, nil
 		}
 		str := func(i int) string { s, _ := f[i].(string); return s }
 		st := roundState{compare: str(0) + "|" + str(1), unpublished: str(2) == "0"}
-		if st.unpublished || f[6] == nil {
-			return st, nil // no identity: opened by an older version
+		if st.unpublished {
+			return st, nil
 		}
 		due, _ := strconv.ParseInt(str(4), 10, 64)
 		if !now.After(msTime(due).Add(r.RepairAfter)) {
 			return st, nil
 		}
-		_, job, err := parseIdentity(str(6))
-		if err != nil {
-			r.c.log.WarnContext(ctx, "reaper: unreadable round identity", "key", key, "err", err)
-			return st, nil
+		job, ok := r.c.hashIdentity(str(6), str(7), str(8), str(9))
+		if !ok {
+			return st, nil // opened by an older version, or its policy is gone
 		}
 		tok, _ := strconv.ParseUint(str(0), 10, 64)
 		opened, _ := strconv.ParseInt(str(5), 10, 64)

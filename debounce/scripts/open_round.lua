@@ -3,26 +3,31 @@
 -- those payloads (KEYS[2] is then the window key, as in open_packed.lua).
 -- Hash fields: t token, n count, f first seen, l last seen, d due (unix ms),
 -- p published (0/1), v version of the published schedule, a last args,
--- m distinct items, one field "i" .. item per accumulated item, and j the
--- round's identity (identity.go), set at opening, from which the reaper can
--- publish the job again if the stream loses it.
+-- m distinct items, one field "i" .. item per accumulated item, and the
+-- round's identity, set at opening, from which the reaper can publish the
+-- job again if the stream loses it (identity.go): k the round key (32 bytes)
+-- then the job type, g the fingerprint (32 bytes) when it differs from the
+-- key, o the opening event's args (not with payload last: a is the args).
+-- Each is short enough for the hash to stay a listpack.
 --
 -- KEYS[1] -> round key (hash)
 -- KEYS[2] -> throttle window key (only for throttle with trailing)
 -- ARGV[1] -> token for a new round (decimal)
 -- ARGV[2] -> now, unix ms
--- ARGV[3] -> expiry of a new round, unix ms (trailing: window end + ARGV[13])
+-- ARGV[3] -> expiry of a new round, unix ms (trailing: window end + ARGV[15])
 -- ARGV[4] -> due time of a new round, unix ms (trailing: window end)
 -- ARGV[5] -> extend: window ms, "0" when not extending
 -- ARGV[6] -> extend: max wait ms from the first event
 -- ARGV[7] -> payload: "first", "last" or "accumulate"
 -- ARGV[8] -> the event's args (last) or item (accumulate); "" for first
 -- ARGV[9] -> max items (accumulate)
--- ARGV[10] -> the round's identity (JSON), kept in field j when it opens
--- ARGV[11] -> throttle: value to open the window with (packed layout)
--- ARGV[12] -> throttle: window length, ms (timed here, from the moment the
+-- ARGV[10] -> identity: field k (round key bytes, then the job type)
+-- ARGV[11] -> identity: field g, "" when the fingerprint is the key
+-- ARGV[12] -> identity: field o, "" with payload last
+-- ARGV[13] -> throttle: value to open the window with (packed layout)
+-- ARGV[14] -> throttle: window length, ms (timed here, from the moment the
 --             window opens)
--- ARGV[13] -> throttle: how long the trailing round outlives its window, ms
+-- ARGV[15] -> throttle: how long the trailing round outlives its window, ms
 -- Returns {status, token, count, first, due, published, fire, version}
 --   status 1 opened, 0 joined, 4 joined and pushed the due time later;
 --   for throttle 2 leading (window opened) / 3 unused here: trailing always
@@ -36,8 +41,8 @@ local key = KEYS[1]
 local expiry, due = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 if KEYS[2] then
-  if redis.call('SET', KEYS[2], ARGV[11], 'NX', 'PX', ARGV[12]) then
-    return {2, tonumber(ARGV[11]), redis.call('PEXPIRETIME', KEYS[2])}
+  if redis.call('SET', KEYS[2], ARGV[13], 'NX', 'PX', ARGV[14]) then
+    return {2, tonumber(ARGV[13]), redis.call('PEXPIRETIME', KEYS[2])}
   end
   -- Count the event in the window value (see open_packed.lua's join): the
   -- count and the latest event's time after the window's start, encoded as
@@ -46,7 +51,7 @@ if KEYS[2] then
   local v = tonumber(redis.call('GET', KEYS[2]))
   local delta = 0
   if math.floor(v / CNT) % 4194304 < MAXCNT then delta = CNT end
-  local ms = now - (wexp - tonumber(ARGV[12]))
+  local ms = now - (wexp - tonumber(ARGV[14]))
   local s = 0
   if ms >= 2048 then
     local e = 1
@@ -62,7 +67,7 @@ if KEYS[2] then
   if s > v % CNT then delta = delta + (s - v % CNT) end
   if delta ~= 0 then redis.call('INCRBY', KEYS[2], delta) end
   due = wexp
-  expiry = wexp + tonumber(ARGV[13])
+  expiry = wexp + tonumber(ARGV[15])
 end
 
 local payload, data = ARGV[7], ARGV[8]
@@ -75,7 +80,9 @@ local function add_item()
 end
 
 if redis.call('EXISTS', key) == 0 then
-  redis.call('HSET', key, 't', ARGV[1], 'n', 1, 'f', now, 'l', now, 'd', due, 'p', 0, 'v', 0, 'j', ARGV[10])
+  redis.call('HSET', key, 't', ARGV[1], 'n', 1, 'f', now, 'l', now, 'd', due, 'p', 0, 'v', 0, 'k', ARGV[10])
+  if ARGV[11] ~= '' then redis.call('HSET', key, 'g', ARGV[11]) end
+  if ARGV[12] ~= '' then redis.call('HSET', key, 'o', ARGV[12]) end
   if payload == 'last' then
     redis.call('HSET', key, 'a', data)
   end
