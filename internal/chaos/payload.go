@@ -40,20 +40,26 @@ func snapshotCause(sent int64, in Input) string {
 //     (it would have been the later one);
 //   - counts: the first released job of a round counts exactly the accepted
 //     decisions carrying it, or more by requests that reached Redis and
-//     whose answer was lost (not-accepted events of the key sent while it
-//     was open).
+//     whose answer was lost (events of the key sent while it was open that
+//     were not accepted, or were bypassed: under fail open a lost reply is
+//     a store error too).
 //
 // A loss with a documented cause (lossCause) is counted by cause; the
 // others are UNEXPLAINED and fail the suite.
 func checkPayloads(in Input, r *Result, byRound map[string][]JobStart, rounds map[string]*round, perToken map[string]int) {
 	byEID := make(map[string]*EventRecord, len(in.Events))
 	members := map[string][]*EventRecord{} // round -> its accepted events
-	notAccepted := map[string][]int64{}    // type/tenant -> send times
+	// Requests whose script may have run without the producer knowing: not
+	// accepted, or bypassed (a store error is also a reply lost after the
+	// script ran), by type/tenant: their send times.
+	unanswered := map[string][]int64{}
 	for i := range in.Events {
 		e := &in.Events[i]
 		byEID[e.EID] = e
+		if !e.Accepted() || e.Outcome == "bypassed" {
+			unanswered[e.Type+"/"+e.Tenant] = append(unanswered[e.Type+"/"+e.Tenant], e.Sent)
+		}
 		if !e.Accepted() {
-			notAccepted[e.Type+"/"+e.Tenant] = append(notAccepted[e.Type+"/"+e.Tenant], e.Sent)
 			continue
 		}
 		if e.Round != "" && e.Outcome != "bypassed" {
@@ -124,7 +130,7 @@ func checkPayloads(in Input, r *Result, byRound map[string][]JobStart, rounds ma
 			r.CountExact++
 		case first.Events > acc:
 			possible := 0
-			for _, sent := range notAccepted[typ+"/"+evs[0].Tenant] {
+			for _, sent := range unanswered[typ+"/"+evs[0].Tenant] {
 				if sent >= rd.lo-int64(30e9) && sent < first.At {
 					possible++
 				}
