@@ -308,11 +308,6 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, h Handler) {
 func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler) string {
 	deliveries := job.Attempt
 	log := w.log.With("job_type", job.Type, "key", job.Key.String(), "token", job.Token.String(), "delivery", deliveries)
-	if deliveries > w.maxDeliveries() {
-		// A backstop for jobs whose attempts nothing else counts.
-		w.final(ctx, msg, job, fmt.Errorf("delivered %d times without finishing", deliveries-1), log)
-		return "dead"
-	}
 	rel, err := w.cfg.Coalescer.Start(ctx, job.Job)
 	if err != nil {
 		// Running without closing the round would strand the events that
@@ -321,7 +316,20 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		_ = msg.NakWithDelay(w.backoff(job.Attempt))
 		return "release_failed"
 	}
+	if rel.Result == debounce.ReleaseNotDue {
+		// An extended round fired before its new due time: it is not an
+		// attempt, whatever the delivery count, and is never dead-lettered
+		// (that would strand the round). Publish it again for its due time;
+		// if that fails, this delivery comes back and Start hands out the
+		// next version.
+		return w.reschedule(ctx, msg, job, rel, log)
+	}
 	job.Release, job.Summary = rel.Result, rel.Summary
+	if deliveries > w.maxDeliveries() {
+		// A backstop for jobs whose attempts nothing else counts.
+		w.final(ctx, msg, job, fmt.Errorf("delivered %d times without finishing", deliveries-1), log)
+		return "dead"
+	}
 	if rel.Starts > 0 {
 		// The round counts the deliveries that reached it: one that died
 		// before (in a killed worker's prefetch buffer, or that waited out
@@ -333,22 +341,6 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		// Attempts that never finished (the worker died mid-job) count too.
 		w.final(ctx, msg, job, fmt.Errorf("started %d times without finishing", job.Attempt-1), log)
 		return "dead"
-	}
-	if rel.Result == debounce.ReleaseNotDue {
-		next := job.Job
-		next.DueAt, next.Version = rel.DueAt, rel.Version
-		if w.cfg.Publisher == nil {
-			log.ErrorContext(ctx, "worker: extended round not due and no Publisher to reschedule it")
-			_ = msg.NakWithDelay(time.Until(rel.DueAt))
-			return "retry"
-		}
-		if err := w.cfg.Publisher.Publish(ctx, next); err != nil {
-			log.WarnContext(ctx, "worker: rescheduling an extended round failed; retrying", "err", err)
-			_ = msg.NakWithDelay(w.backoff(job.Attempt))
-			return "retry"
-		}
-		_ = msg.Ack()
-		return "rescheduled"
 	}
 	if w.cfg.Hooks.RoundAge != nil && rel.Result == debounce.ReleaseReleased {
 		w.cfg.Hooks.RoundAge(job.Type, w.now().Sub(job.OpenedAt), rel.Summary.Events)
@@ -414,6 +406,25 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 	log.InfoContext(ctx, "worker: job failed; retrying", "err", err, "retry_in", w.backoff(job.Attempt))
 	_ = msg.NakWithDelay(w.backoff(job.Attempt))
 	return "retry"
+}
+
+// reschedule publishes a not-due round again for its due time and acks the
+// delivery; on failure the delivery is redelivered after a backoff.
+func (w *Worker) reschedule(ctx context.Context, msg jetstream.Msg, job *Job, rel debounce.Release, log *slog.Logger) string {
+	next := job.Job
+	next.DueAt, next.Version = rel.DueAt, rel.Version
+	if w.cfg.Publisher == nil {
+		log.ErrorContext(ctx, "worker: extended round not due and no Publisher to reschedule it")
+		_ = msg.NakWithDelay(time.Until(rel.DueAt))
+		return "retry"
+	}
+	if err := w.cfg.Publisher.Publish(ctx, next); err != nil {
+		log.WarnContext(ctx, "worker: rescheduling an extended round failed; retrying", "err", err)
+		_ = msg.NakWithDelay(w.backoff(job.Attempt))
+		return "retry"
+	}
+	_ = msg.Ack()
+	return "rescheduled"
 }
 
 // handle runs the handler, telling the server the job is in progress (and
