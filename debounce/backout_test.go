@@ -85,3 +85,42 @@ func TestBackoutLeavesAJoinedRound(t *testing.T) {
 		}
 	})
 }
+
+// cancellingPublisher publishes, then cancels the caller's context, as an
+// HTTP client that disconnects right after the publish ack does.
+type cancellingPublisher struct {
+	cancel context.CancelFunc
+	jobs   []debounce.Job
+}
+
+func (p *cancellingPublisher) Publish(_ context.Context, job debounce.Job) error {
+	p.jobs = append(p.jobs, job)
+	p.cancel()
+	return nil
+}
+
+// TestMarkPublishedOutlivesTheCaller: once the round is published, marking
+// it published must not depend on the caller's context. A round left
+// unmarked was deleted by the reaper while its job was queued: the job then
+// started 'missing' and the next event opened a second round.
+func TestMarkPublishedOutlivesTheCaller(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		for _, p := range []debounce.Policy{
+			{Type: "fixed", Mode: debounce.ModeDebounce, Window: time.Second},
+			{Type: "last", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadLast},
+		} {
+			ctx, cancel := context.WithCancel(context.Background())
+			pub := &cancellingPublisher{cancel: cancel}
+			f := newFixtureWith(t, b, func(c *debounce.Config) { c.Publisher = pub }, p)
+			d, err := f.c.Submit(ctx, debounce.Event{Type: p.Type, Args: json.RawMessage(`{"a":1}`)})
+			if err != nil || d.Outcome != debounce.OutcomeScheduled {
+				t.Fatalf("%s: Submit %+v %v", p.Type, d, err)
+			}
+			r, found, err := f.c.Inspect(context.Background(), p.Type, d.Key)
+			if err != nil || !found || !r.Published {
+				t.Errorf("%s: after a publish acknowledged and a client gone, the round is %+v (found %v, %v): want it marked published", p.Type, r, found, err)
+			}
+		}
+	})
+}

@@ -623,20 +623,45 @@ func boolArg(b bool) string {
 }
 
 // markPublished records that the round's job is published, so joiners stop
-// covering it. A failure only costs extra (idempotent) publishes: logged.
+// covering it and the reaper leaves it. The publish has happened, so this
+// must not depend on the caller still waiting (an HTTP client gone): it
+// runs on a context of its own and is retried a few times. Should it still
+// fail, joiners publish the round again (idempotently) and the reaper finds
+// its message before it would release it.
 func (c *Coalescer) markPublished(ctx context.Context, p *compiled, key RoundKey, r reply) {
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
 	var err error
-	if r.token.isHashToken() {
-		err = c.eval(ctx, markRoundScript, []string{r.rkey}, strconv.FormatUint(uint64(r.token), 10)).Err()
-	} else {
-		exp, rnd := r.token.packedParts()
-		err = c.eval(ctx, markPackedScript, []string{r.rkey}, exp, rnd).Err()
+	for attempt := range markAttempts {
+		if attempt > 0 {
+			t := time.NewTimer(time.Duration(attempt) * 50 * time.Millisecond)
+			select {
+			case <-mctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
+		}
+		if r.token.isHashToken() {
+			err = c.eval(mctx, markRoundScript, []string{r.rkey}, strconv.FormatUint(uint64(r.token), 10)).Err()
+		} else {
+			exp, rnd := r.token.packedParts()
+			err = c.eval(mctx, markPackedScript, []string{r.rkey}, exp, rnd).Err()
+		}
+		if err == nil || mctx.Err() != nil {
+			break
+		}
 	}
 	if err != nil {
-		c.log.WarnContext(ctx, "could not mark the round published; joiners will publish it again (idempotently)",
+		c.log.WarnContext(ctx, "could not mark the round published; joiners will publish it again (idempotently), and the reaper looks for its message before it would release it",
 			"job_type", p.Type, "key", key.String(), "token", r.token.String(), "err", err)
 	}
 }
+
+// Marking a round published: attempts, and the time they may take in all.
+const (
+	markAttempts = 3
+	markTimeout  = 2 * time.Second
+)
 
 // What backing out a round did.
 const (

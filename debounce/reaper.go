@@ -45,9 +45,15 @@ type Locator interface {
 type Reaper struct {
 	c       *Coalescer
 	loc     Locator
-	seen    map[string]string    // unpublished: key -> what the previous pass saw
+	finder  roundFinder          // nil: packed unpublished rounds are not looked up
+	seen    map[string]seenRound // unpublished: key -> what the previous passes saw, since when
 	missing map[string]string    // overdue, message missing: key -> what the previous pass saw
 	present map[string]time.Time // overdue, message there: key|token -> not looked up again before
+	// UnpublishedAfter is how long a round must stay unpublished and
+	// unchanged before the reaper looks at it (DefaultUnpublishedAfter):
+	// longer than a publish may take (the publisher retries for up to about
+	// 25 s), so that a slow publish is never taken for a dead producer.
+	UnpublishedAfter time.Duration
 	// RepairAfter is how long past its due time a round that no job has
 	// taken counts as overdue (DefaultRepairAfter): the reaper then looks
 	// for its message in the stream, and publishes its job again if the
@@ -62,9 +68,23 @@ type Reaper struct {
 
 // Defaults of a Reaper.
 const (
-	DefaultRepairAfter = time.Minute
-	DefaultMaxLookups  = 10_000
+	DefaultRepairAfter      = time.Minute
+	DefaultUnpublishedAfter = 30 * time.Second
+	DefaultMaxLookups       = 10_000
 )
+
+// roundFinder finds a round's message by job type and token alone: the
+// lookup of a packed round, whose Redis key holds only part of its round
+// key. The JetStream publisher is one.
+type roundFinder interface {
+	FindRound(ctx context.Context, jobType string, token Token) (RoundKey, bool, error)
+}
+
+// seenRound is an unpublished round as the passes saw it.
+type seenRound struct {
+	state string
+	since time.Time
+}
 
 // recheckAfter is how long a round whose message was found is not looked up
 // again: its job waits for a worker.
@@ -77,7 +97,8 @@ const maxPresent = 100_000
 type ReapReport struct {
 	Scanned    int // round keys looked at
 	Candidates int // unpublished now, remembered for the next pass
-	Released   int // unpublished and unchanged since the previous pass: released
+	Released   int // unpublished and unchanged for UnpublishedAfter, no message found: released
+	Marked     int // unpublished and unchanged, but its message was in the stream: marked published
 	Overdue    int // overdue rounds with an identity (repairable)
 	Lookups    int // overdue rounds looked up in the stream
 	Missing    int // of those, message missing (repaired if the next pass agrees)
@@ -89,9 +110,10 @@ type ReapReport struct {
 // reapers in several replicas is safe (every change is compare-and-set on
 // the round's token and version).
 func (c *Coalescer) NewReaper() *Reaper {
-	r := &Reaper{c: c, seen: map[string]string{}, missing: map[string]string{}, present: map[string]time.Time{},
-		RepairAfter: DefaultRepairAfter, MaxLookups: DefaultMaxLookups}
+	r := &Reaper{c: c, seen: map[string]seenRound{}, missing: map[string]string{}, present: map[string]time.Time{},
+		UnpublishedAfter: DefaultUnpublishedAfter, RepairAfter: DefaultRepairAfter, MaxLookups: DefaultMaxLookups}
 	r.loc, _ = c.pub.(Locator)
+	r.finder, _ = c.pub.(roundFinder)
 	return r
 }
 
@@ -110,7 +132,7 @@ func (r *Reaper) Pass(ctx context.Context) (ReapReport, error) {
 	var (
 		mu      sync.Mutex // ForEachMaster scans the masters concurrently
 		rep     ReapReport
-		next    = map[string]string{}
+		next    = map[string]seenRound{}
 		missing = map[string]string{}
 		overdue []overdueRound
 	)
@@ -150,21 +172,28 @@ func (r *Reaper) Pass(ctx context.Context) (ReapReport, error) {
 			if !st.unpublished {
 				continue
 			}
-			if prev, ok := r.seen[key]; ok && prev == st.compare {
-				value, count, _ := strings.Cut(st.compare, "|")
-				n, err := reapScript.Run(ctx, r.c.rdb, []string{key}, value, count).Int()
+			prev, ok := r.seen[key]
+			switch {
+			case ok && prev.state == st.compare && now.Sub(prev.since) >= r.UnpublishedAfter:
+				marked, released, err := r.settleUnpublished(ctx, key, st)
 				if err != nil {
 					return err
 				}
 				mu.Lock()
-				rep.Released += n
+				rep.Marked += marked
+				rep.Released += released
 				mu.Unlock()
-				continue
+			case ok && prev.state == st.compare:
+				mu.Lock()
+				next[key] = prev // unchanged, not yet for long enough
+				rep.Candidates++
+				mu.Unlock()
+			default:
+				mu.Lock()
+				next[key] = seenRound{state: st.compare, since: now}
+				rep.Candidates++
+				mu.Unlock()
 			}
-			mu.Lock()
-			next[key] = st.compare
-			rep.Candidates++
-			mu.Unlock()
 		}
 		return iter.Err()
 	}
@@ -236,6 +265,70 @@ func (r *Reaper) repair(ctx context.Context, overdue []overdueRound, now time.Ti
 	return nil
 }
 
+// settleUnpublished deals with a round unpublished and unchanged for
+// UnpublishedAfter: its producer died between reserving and publishing, and
+// nothing was accepted into it (a joiner would have published it), so it is
+// released; unless its message is in the stream after all (published, but
+// the producer could not mark it), then it is marked published.
+func (r *Reaper) settleUnpublished(ctx context.Context, key string, st roundState) (marked, released int, err error) {
+	found, err := r.published(ctx, key, st)
+	if err != nil {
+		return 0, 0, err
+	}
+	if found {
+		if st.token.isHashToken() {
+			err = markRoundScript.Run(ctx, r.c.rdb, []string{key}, strconv.FormatUint(uint64(st.token), 10)).Err()
+		} else {
+			exp, rnd := st.token.packedParts()
+			err = markPackedScript.Run(ctx, r.c.rdb, []string{key}, exp, rnd).Err()
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("%w: reaper: mark %s: %w", ErrStoreUnavailable, key, err)
+		}
+		r.c.log.WarnContext(ctx, "reaper: a round its producer had published but not marked; marked it published", "key", key, "token", st.token.String())
+		return 1, 0, nil
+	}
+	value, count, _ := strings.Cut(st.compare, "|")
+	n, err := reapScript.Run(ctx, r.c.rdb, []string{key}, value, count).Int()
+	if err != nil {
+		return 0, 0, err
+	}
+	return 0, n, nil
+}
+
+// published looks for an unpublished round's message in the stream: by its
+// identity for a hash round, by job type and token for a packed one (each
+// configured type with packed rounds is tried, and the key the message
+// carries must give this Redis key).
+func (r *Reaper) published(ctx context.Context, key string, st roundState) (bool, error) {
+	if st.job != nil && r.loc != nil {
+		found, err := r.loc.Pending(ctx, *st.job)
+		if err != nil {
+			return false, fmt.Errorf("debounce: reaper: look up %s: %w", key, err)
+		}
+		return found, nil
+	}
+	if st.job != nil || r.finder == nil || st.token == 0 {
+		return false, nil
+	}
+	suffix := key[len(r.c.prefix)+digestLen+2:]
+	for _, p := range r.c.policies {
+		// A packed key without suffix is a round or a throttle window (its
+		// leading job carries the window's token); "t" a trailing round.
+		if p.hash || suffix == "t" && p.Mode != ModeThrottle {
+			continue
+		}
+		rk, found, err := r.finder.FindRound(ctx, p.Type, st.token)
+		if err != nil {
+			return false, fmt.Errorf("debounce: reaper: look up %s: %w", key, err)
+		}
+		if found && redisKey(r.c.prefix, p.mix, rk, suffix) == key {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // republish takes a new version of the round and publishes its job again.
 func (r *Reaper) republish(ctx context.Context, o overdueRound) (bool, error) {
 	var res []int64
@@ -290,6 +383,8 @@ func (c *Coalescer) keyKind(key string) int {
 type roundState struct {
 	compare     string // the round's identity as the unpublished check compares it
 	unpublished bool
+	token       Token
+	job         *Job          // a hash round's job, from its identity
 	overdue     *overdueRound // a hash round with an identity, overdue
 }
 
@@ -305,7 +400,15 @@ func (r *Reaper) state(ctx context.Context, key string, now time.Time) (roundSta
 		if err != nil {
 			return roundState{}, nil // gone meanwhile
 		}
-		return roundState{compare: fmt.Sprint(v) + "|", unpublished: !packed(v).published()}, nil
+		st := roundState{compare: fmt.Sprint(v) + "|", unpublished: !packed(v).published()}
+		if st.unpublished {
+			exp, err := r.c.rdb.PExpireTime(ctx, key).Result()
+			if err != nil {
+				return roundState{}, err
+			}
+			st.token = packedToken(exp.Milliseconds(), packed(v).rnd())
+		}
+		return st, nil
 	case "hash":
 		f, err := r.c.rdb.HMGet(ctx, key, "t", "n", "p", "v", "d", "f", "k", "g", "o", "a").Result()
 		if err != nil || len(f) != 10 || f[0] == nil {
@@ -313,20 +416,18 @@ func (r *Reaper) state(ctx context.Context, key string, now time.Time) (roundSta
 		}
 		str := func(i int) string { s, _ := f[i].(string); return s }
 		st := roundState{compare: str(0) + "|" + str(1), unpublished: str(2) == "0"}
-		if st.unpublished {
-			return st, nil
-		}
-		due, _ := strconv.ParseInt(str(4), 10, 64)
-		if !now.After(msTime(due).Add(r.RepairAfter)) {
-			return st, nil
-		}
-		job, ok := r.c.hashIdentity(str(6), str(7), str(8), str(9))
-		if !ok {
-			return st, nil // opened by an older version, or its policy is gone
-		}
 		tok, _ := strconv.ParseUint(str(0), 10, 64)
+		st.token = Token(tok)
+		due, _ := strconv.ParseInt(str(4), 10, 64)
 		opened, _ := strconv.ParseInt(str(5), 10, 64)
-		job.Token, job.DueAt, job.OpenedAt = Token(tok), msTime(due), msTime(opened)
+		job, ok := r.c.hashIdentity(str(6), str(7), str(8), str(9))
+		if ok {
+			job.Token, job.DueAt, job.OpenedAt = st.token, msTime(due), msTime(opened)
+			st.job = &job
+		}
+		if st.unpublished || !ok || !now.After(msTime(due).Add(r.RepairAfter)) {
+			return st, nil // not overdue, or no identity (opened by an older version, or its policy is gone)
+		}
 		st.overdue = &overdueRound{rkey: key, state: str(0) + "|" + str(3), job: job, token: job.Token, marker: str(3)}
 		return st, nil
 	default:

@@ -389,6 +389,38 @@ func (p *Publisher) Pending(ctx context.Context, job debounce.Job) (bool, error)
 	return false, nil
 }
 
+// FindRound looks for a message of a round of jobType whose token is token,
+// whatever its key (a schedule or a job), and returns the key it carries. It
+// implements the reaper's lookup of a packed round, whose Redis key holds
+// only part of its round key. The lookup filters subjects by wildcard, so
+// it costs in proportion to the type's pending rounds: for rare cases only.
+func (p *Publisher) FindRound(ctx context.Context, jobType string, token debounce.Token) (debounce.RoundKey, bool, error) {
+	if err := validateJobType(jobType); err != nil {
+		return debounce.RoundKey{}, false, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cmp.Or(p.js.Options().DefaultTimeout, 5*time.Second))
+		defer cancel()
+	}
+	pre := p.subjects.prefix()
+	for _, subj := range []string{pre + ".sched." + jobType + ".*." + token.String(), pre + ".run." + jobType + ".*." + token.String()} {
+		m, err := p.stream.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return debounce.RoundKey{}, false, fmt.Errorf("publisher: look up %s on stream %s: %w", subj, p.cfg.Stream, err)
+		}
+		key, err := debounce.ParseRoundKey(m.Header.Get(HeaderKey))
+		if err != nil {
+			return debounce.RoundKey{}, false, fmt.Errorf("publisher: %s: %w", m.Subject, err)
+		}
+		return key, true, nil
+	}
+	return debounce.RoundKey{}, false, nil
+}
+
 // Cancel purges the pending schedule of one round of key, or, for the zero
 // token, of every round of key, and returns how many messages were purged
 // (0 when nothing was pending: already fired, cancelled or never

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,5 +183,98 @@ func TestReaperLeavesQueuedJobsAlone(t *testing.T) {
 	}
 	if len(want) != 0 {
 		t.Errorf("no job for %v", want)
+	}
+}
+
+// unmark clears the published mark of every round under prefix, as a
+// producer that published a round and could not mark it leaves it.
+func unmark(t *testing.T, rdb redis.UniversalClient, prefix string) int {
+	t.Helper()
+	ctx := context.Background()
+	n := 0
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, prefix+"{*", 100).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			if strings.HasSuffix(k, "j") || strings.Contains(k[len(prefix):], "}x") || strings.Contains(k[len(prefix):], "}tx") {
+				continue
+			}
+			switch c.Type(ctx, k).Val() {
+			case "string":
+				v, _ := c.Get(ctx, k).Uint64()
+				if v&(1<<38) != 0 {
+					c.DecrBy(ctx, k, 1<<38)
+					n++
+				}
+			case "hash":
+				if c.HGet(ctx, k, "p").Val() == "1" {
+					c.HSet(ctx, k, "p", 0)
+					n++
+				}
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestReaperMarksPublishedRounds: a producer that published a round and
+// died (or lost Redis) before marking it leaves it unpublished in Redis with
+// its job in the stream. The reaper must not release it as stranded (its job
+// would start 'missing' and the next event open a second round): it finds
+// the message, by identity for a hash round and by type and token for a
+// packed one, and marks it published.
+func TestReaperMarksPublishedRounds(t *testing.T) {
+	t.Parallel()
+	for name, rdb := range redisBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			prefix := testenv.Prefix(t)
+			s := newStackWith(t, testenv.NATS(t), rdb, func(c *debounce.Config) { c.Prefix = prefix }, repairPolicies...)
+			for _, typ := range repairTypes() {
+				for i := range 2 {
+					s.submit(t, typ, fmt.Sprintf(`{"tenant":"m","id":%d}`, i))
+				}
+			}
+			if n := unmark(t, rdb, prefix); n != 5 {
+				t.Fatalf("unmarked %d keys, want the 4 rounds and the throttle window", n)
+			}
+			r := s.co.NewReaper()
+			r.UnpublishedAfter = 0
+			rep, err := r.Pass(context.Background())
+			if err != nil || rep.Candidates != 5 {
+				t.Fatalf("first pass %+v %v: want 5 candidates", rep, err)
+			}
+			if rep, err = r.Pass(context.Background()); err != nil || rep.Marked != 5 || rep.Released != 0 {
+				t.Fatalf("second pass %+v %v: want the 5 marked published, none released", rep, err)
+			}
+			var got started
+			s.run(t, got.handler, worker.Config{Types: repairTypes(), Concurrency: 8})
+			count := func() int { j, _ := got.snapshot(); return len(j) }
+			waitFor(t, 10*time.Second, "4 jobs and the leading one", func() bool { return count() >= 5 })
+			quiet(t, time.Second, "jobs", count)
+			jobs, _ := got.snapshot()
+			for _, j := range jobs {
+				if j.Type == "trailing" && j.Immediate() {
+					continue
+				}
+				want := 2
+				if j.Type == "trailing" {
+					want = 1
+				}
+				if j.Release != debounce.ReleaseReleased || j.Summary.Events != want {
+					t.Errorf("%s: %s with %d events; want released with %d (the reaper released a published round)", j.Type, j.Release, j.Summary.Events, want)
+				}
+			}
+		})
 	}
 }
