@@ -68,6 +68,7 @@ func reap(ctx context.Context, co *debounce.Coalescer, every, repairAfter time.D
 		}
 		m.reaper.WithLabelValues("candidate").Add(float64(rep.Candidates))
 		m.reaper.WithLabelValues("released").Add(float64(rep.Released))
+		m.reaper.WithLabelValues("marked").Add(float64(rep.Marked))
 		m.reaper.WithLabelValues("overdue").Add(float64(rep.Overdue))
 		m.reaper.WithLabelValues("lookup").Add(float64(rep.Lookups))
 		m.reaper.WithLabelValues("missing").Add(float64(rep.Missing))
