@@ -371,26 +371,31 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 			d.Outcome, d.DueAt = OutcomeDuplicate, time.Time{}
 		}
 	}
-	if !r.published {
+	if r.fire {
+		// This event filled the round: publish the version it took, due now,
+		// on the round's schedule subject (replacing the pending schedule).
+		job.Version, job.DueAt = r.version, now
+	}
+	switch {
+	case !r.published:
 		// The opener has not confirmed its publish (it may be publishing now,
 		// or may have died): publish the round ourselves before we call this
 		// event accepted. The same token and version make it idempotent.
+		// Filled, only the new version goes out: version 0 due now would go
+		// straight to the job subject and run beside it.
 		if err := c.publish(ctx, job); err != nil {
 			return d, err
 		}
 		c.markPublished(ctx, p, key, r)
-	}
-	if !p.hash && r.status == statusJoined && r.published && p.releasedByJob() {
-		c.noteIfOverdue(ctx, p, job, now)
-	}
-	if r.fire {
-		job.Version, job.DueAt = r.version, now
+	case r.fire:
 		if err := c.publish(ctx, job); err != nil {
 			// The round stays published for its earlier due time; the event is
 			// in it, so it is still accepted.
 			c.log.WarnContext(ctx, "reschedule of a full round failed; it runs at its earlier due time",
 				"job_type", p.Type, "key", key.String(), "token", r.token.String(), "err", err)
 		}
+	case !p.hash && r.status == statusJoined && p.releasedByJob():
+		c.noteIfOverdue(ctx, p, job, now)
 	}
 	return d, nil
 }

@@ -38,6 +38,13 @@ const (
 	// job (the window ends by itself), dedup until success or expiry at
 	// start, a bypassed job.
 	ReleaseSkipped ReleaseResult = "skipped"
+	// ReleaseSuperseded: another message of the round (another version: a
+	// reschedule, a repair, a filled round) took it; this one must not run.
+	// Ack it.
+	ReleaseSuperseded ReleaseResult = "superseded"
+	// ReleaseDone: the job finished a moment ago (DoneRetention); this is a
+	// later delivery (an ack lost, a stale version) and must not run. Ack it.
+	ReleaseDone ReleaseResult = "done"
 )
 
 // Summary describes a round as its job starts.
@@ -70,6 +77,11 @@ type Release struct {
 // for retries of the job, unless Finish deletes it first.
 const TakenRetention = 24 * time.Hour
 
+// DoneRetention is how long Finish remembers that a round's job is done, so
+// that a delivery coming after it (its ack was lost, or another version of
+// the round fired late) does not run the job again.
+const DoneRetention = 2 * time.Minute
+
 // Start closes the job's round as its job starts, so that events from now on
 // open the next round, and returns the round's summary. For an extended round
 // not yet due it returns ReleaseNotDue: publish the job again and ack this
@@ -84,17 +96,14 @@ func (c *Coalescer) Start(ctx context.Context, job Job) (Release, error) {
 		}
 		// No round to close, but the attempts still count: one small
 		// hash (the taken key) per job, deleted by Finish.
-		key := c.takenKey(job)
-		var n *redis.IntCmd
-		_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			n = p.HIncrBy(ctx, key, "s", 1)
-			p.PExpire(ctx, key, TakenRetention)
-			return nil
-		})
+		n, err := countStartScript.Run(ctx, c.rdb, []string{c.takenKey(job), c.doneKey(job)}, TakenRetention.Milliseconds()).Int()
 		if err != nil {
 			return Release{}, fmt.Errorf("%w: count the start of %s job %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
 		}
-		rel.Starts = int(n.Val())
+		if n < 0 {
+			return Release{Result: ReleaseDone}, nil
+		}
+		rel.Starts = n
 		return rel, nil
 	}
 	return c.release(ctx, job, "take")
@@ -119,7 +128,12 @@ func (c *Coalescer) Finish(ctx context.Context, job Job, succeeded, final bool) 
 	if job.Token == 0 || !succeeded && !final {
 		return Release{Result: ReleaseSkipped}, nil
 	}
-	if err := c.rdb.Del(ctx, c.takenKey(job)).Err(); err != nil {
+	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, c.takenKey(job))
+		p.Set(ctx, c.doneKey(job), job.Version, DoneRetention)
+		return nil
+	})
+	if err != nil {
 		return Release{}, fmt.Errorf("%w: finish %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
 	}
 	if p := c.policies[job.Type]; job.Mode != ModeDedup || p == nil || p.Until != UntilSuccess {
@@ -133,6 +147,15 @@ func (c *Coalescer) takenKey(job Job) string {
 	suffix := "x" + job.Token.String()
 	if job.Mode == ModeThrottle {
 		suffix = "tx" + job.Token.String()
+	}
+	return redisKey(c.prefix, c.mixOf(job.Type), job.Key, suffix)
+}
+
+// doneKey is where Finish remembers for DoneRetention that the job is done.
+func (c *Coalescer) doneKey(job Job) string {
+	suffix := "d" + job.Token.String()
+	if job.Mode == ModeThrottle {
+		suffix = "td" + job.Token.String()
 	}
 	return redisKey(c.prefix, c.mixOf(job.Type), job.Key, suffix)
 }
@@ -173,11 +196,16 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 	key := c.jobRedisKey(job)
 	if !job.Token.isHashToken() {
 		exp, rnd := job.Token.packedParts()
-		res, err := releasePackedScript.Run(ctx, c.rdb, []string{key, c.takenKey(job), identityKey(key)}, exp, rnd, op, TakenRetention.Milliseconds()).Int64Slice()
+		res, err := releasePackedScript.Run(ctx, c.rdb, []string{key, c.takenKey(job), identityKey(key), c.doneKey(job)},
+			exp, rnd, op, TakenRetention.Milliseconds(), job.Version).Int64Slice()
 		if err != nil {
 			return Release{}, err
 		}
 		switch res[0] {
+		case 6:
+			return Release{Result: ReleaseSuperseded}, nil
+		case 7:
+			return Release{Result: ReleaseDone}, nil
 		case 1, 3:
 			v := packed(res[1])
 			last := v.lastSeen(exp, job.TTL)
@@ -200,13 +228,17 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 			return Release{Result: ReleaseMissing}, nil
 		}
 	}
-	res, err := takeRoundScript.Run(ctx, c.rdb, []string{key, c.takenKey(job)},
-		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op, TakenRetention.Milliseconds()).Slice()
+	res, err := takeRoundScript.Run(ctx, c.rdb, []string{key, c.takenKey(job), c.doneKey(job)},
+		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op, TakenRetention.Milliseconds(), job.Version).Slice()
 	if err != nil {
 		return Release{}, err
 	}
 	status, _ := res[0].(int64)
 	switch status {
+	case 7:
+		return Release{Result: ReleaseSuperseded}, nil
+	case 8:
+		return Release{Result: ReleaseDone}, nil
 	case 1:
 		rel := Release{Result: ReleaseReleased, Summary: summaryFromHash(res[1:])}
 		if op == "take" {

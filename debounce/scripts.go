@@ -22,6 +22,8 @@ var (
 	takeRoundLua string
 	//go:embed scripts/mark_round.lua
 	markRoundLua string
+	//go:embed scripts/count_start.lua
+	countStartLua string
 	//go:embed scripts/reap.lua
 	reapLua string
 	//go:embed scripts/note_overdue.lua
@@ -37,6 +39,7 @@ var (
 	openRoundScript     = redis.NewScript(openRoundLua)
 	takeRoundScript     = redis.NewScript(takeRoundLua)
 	markRoundScript     = redis.NewScript(markRoundLua)
+	countStartScript    = redis.NewScript(countStartLua)
 	reapScript          = redis.NewScript(reapLua)
 	noteOverdueScript   = redis.NewScript(noteOverdueLua)
 	repairPackedScript  = redis.NewScript(repairPackedLua)

@@ -255,9 +255,9 @@ func TestDebounceFixedWindow(t *testing.T) {
 		if fin, err := f.c.Finish(context.Background(), job, true, false); err != nil || fin.Result != debounce.ReleaseSkipped {
 			t.Errorf("Finish: %+v %v", fin, err)
 		}
-		// Finished: a stray delivery now only finds another round.
-		if rel := f.start(t, job); rel.Result != debounce.ReleaseStaleToken {
-			t.Errorf("Start after Finish: %s, want stale_token", rel.Result)
+		// Finished: a stray delivery (an ack lost) is told the job is done.
+		if rel := f.start(t, job); rel.Result != debounce.ReleaseDone {
+			t.Errorf("Start after Finish: %s, want done", rel.Result)
 		}
 		if _, found, _ := f.c.Inspect(context.Background(), "recompute", d4.Key); !found {
 			t.Error("the stale release removed the new round")
@@ -431,8 +431,8 @@ func TestThrottle(t *testing.T) {
 				if _, err := f.c.Finish(context.Background(), j, true, false); err != nil {
 					t.Fatal(err)
 				}
-				if rel := f.start(t, j); rel.Starts != 1 {
-					t.Errorf("leading job's Start after Finish counts %d starts, want 1 (Finish forgets)", rel.Starts)
+				if rel := f.start(t, j); rel.Result != debounce.ReleaseDone {
+					t.Errorf("leading job's Start after Finish: %+v, want done (a late delivery does not run again)", rel)
 				}
 			} else {
 				trailingJob = j

@@ -75,7 +75,8 @@ func Permanent(err error) error { return permanentError{err} }
 // Hooks are called for what is worth counting; nil funcs are skipped.
 type Hooks struct {
 	// Job is called once per delivery with its result: "ok", "retry",
-	// "dead", "rescheduled" (extended round not due), "duplicate_done",
+	// "dead", "rescheduled" (extended round not due), "superseded" and
+	// "done" (the round ran from another message: not run), "duplicate_done",
 	// "duplicate_running", "release_failed".
 	Job func(jobType, result string, release debounce.ReleaseResult, took time.Duration)
 	// RoundAge is called as a job starts: from its round's first event.
@@ -323,6 +324,13 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		// if that fails, this delivery comes back and Start hands out the
 		// next version.
 		return w.reschedule(ctx, msg, job, rel, log)
+	}
+	if rel.Result == debounce.ReleaseSuperseded || rel.Result == debounce.ReleaseDone {
+		// Another message of the round took it (another version), or its
+		// job already finished: running this one would run the round twice.
+		log.InfoContext(ctx, "worker: the round's job ran (or runs) from another message; this one is acknowledged without running", "release", string(rel.Result))
+		_ = msg.Ack()
+		return string(rel.Result)
 	}
 	job.Release, job.Summary = rel.Result, rel.Summary
 	if deliveries > w.maxDeliveries() {

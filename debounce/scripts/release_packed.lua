@@ -9,11 +9,15 @@
 -- KEYS[2] -> taken key of this token (for "take")
 -- KEYS[3] -> the round's identity key (note_overdue.lua), deleted with the
 --            round; optional
+-- KEYS[4] -> done marker of this token (for "take"): Finish leaves it for a
+--            while, so a delivery after the job finished does not run again
 -- ARGV[1] -> the round's expiry, unix ms (token >> 14)
 -- ARGV[2] -> the round's random bits (token & 0x3fff)
 -- ARGV[3] -> "take" (job start), "release" (dedup until success, cancel),
 --            "backout" (a failed publish: delete only if not published meanwhile)
 -- ARGV[4] -> take: how long the taken copy is kept, ms
+-- ARGV[5] -> take: the version of the job's message (kept as tv: another
+--            version of the round finding it taken does not run)
 -- Returns {status, value, starts}:
 --   1 closed (value: the packed value, for the summary; starts 1 when taken)
 --   0 missing (expired, or already closed)
@@ -21,8 +25,10 @@
 --   2 kept: published meanwhile by a joiner (backout only)
 --   4 shared: joined meanwhile, not yet published (backout only): the
 --     joiner publishes it, or fails too and the reaper releases it
---   3 retry: already taken by an earlier delivery (value: the taken copy;
---     starts: deliveries that reached it, this one included)
+--   3 retry: already taken by an earlier delivery of this message (value:
+--     the taken copy; starts: deliveries that reached it, this one included)
+--   6 superseded: taken by another version's message (take only)
+--   7 done: its job finished (Finish) a moment ago (take only)
 
 local RND, PUB, CNT = 549755813888, 274877906944, 65536 -- 2^39, 2^38, 2^16
 local raw = redis.call('GET', KEYS[1])
@@ -39,8 +45,11 @@ if not mine then
       return {3, tonumber(redis.call('GET', KEYS[2])), 0}
     end
     if kind == 'hash' then
+      local tv = redis.call('HGET', KEYS[2], 'tv')
+      if tv and tv ~= ARGV[5] then return {6, 0} end
       return {3, tonumber(redis.call('HGET', KEYS[2], 'v')), redis.call('HINCRBY', KEYS[2], 's', 1)}
     end
+    if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then return {7, 0} end
   end
   if raw then return {-1, v} end
   return {0, 0}
@@ -52,7 +61,7 @@ end
 redis.call('DEL', KEYS[1])
 if KEYS[3] then redis.call('DEL', KEYS[3]) end
 if ARGV[3] == 'take' then
-  redis.call('HSET', KEYS[2], 'v', raw, 's', 1)
+  redis.call('HSET', KEYS[2], 'v', raw, 's', 1, 'tv', ARGV[5])
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
   return {1, v, 1}
 end
