@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -70,6 +72,10 @@ type Hooks struct {
 	PublishError func(jobType string, err error)
 	// Release is called for each release attempt at job start or finish.
 	Release func(jobType string, result ReleaseResult, summary Summary)
+	// LayoutMismatch is called for each event that met a pending round of
+	// the other layout (the policy's payload changed with rounds pending):
+	// it joined that round.
+	LayoutMismatch func(jobType string)
 }
 
 // Coalescer decides, per event, whether it opens a round or joins the one
@@ -86,6 +92,9 @@ type Coalescer struct {
 	batch    *batcher // nil: unbatched
 	maxAge   time.Duration
 	overdue  overdueSet // packed rounds whose identity this process wrote
+	// mismatched: job types whose events met a round of the other layout
+	// (logged once each).
+	mismatched sync.Map
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
@@ -338,11 +347,15 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 		Type: p.Type, Key: key, Fingerprint: fp, Mode: p.Mode, Payload: p.Payload,
 		Args: ev.Args, TTL: p.lifetime(), TraceParent: ev.TraceParent,
 	}
-	var r reply
-	if p.hash {
-		r, err = c.openRound(ctx, p, job, now, item)
-	} else {
-		r, err = c.openPacked(ctx, p, key, now)
+	r, err := c.open(ctx, p, job, now, item, p.hash)
+	if isWrongType(err) {
+		// The key holds a round of the other layout: the policy's payload
+		// changed (first <-> last/accumulate) while a round opened under
+		// the earlier one is pending. Join it in its own layout: it runs
+		// under the policy it was opened with, and the next round takes
+		// the new one. Not a store outage.
+		c.mismatch(ctx, p)
+		r, err = c.open(ctx, p, job, now, item, !p.hash)
 	}
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -398,6 +411,31 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 		c.noteIfOverdue(ctx, p, job, now)
 	}
 	return d, nil
+}
+
+// open runs the opening script of one layout.
+func (c *Coalescer) open(ctx context.Context, p *compiled, job Job, now time.Time, item []byte, hash bool) (reply, error) {
+	if hash {
+		return c.openRound(ctx, p, job, now, item)
+	}
+	return c.openPacked(ctx, p, job.Key, now)
+}
+
+// isWrongType reports a script that met a key of the other layout.
+func isWrongType(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "WRONGTYPE")
+}
+
+// mismatch counts an event that met a round of the other layout, and logs
+// it once per job type.
+func (c *Coalescer) mismatch(ctx context.Context, p *compiled) {
+	if c.hooks.LayoutMismatch != nil {
+		c.hooks.LayoutMismatch(p.Type)
+	}
+	if _, seen := c.mismatched.LoadOrStore(p.Type, true); !seen {
+		c.log.WarnContext(ctx, "a round opened under an earlier version of this policy (another payload, so another layout) is pending; events join it until its job starts, and the next round follows the policy as it is now",
+			"job_type", p.Type)
+	}
 }
 
 // publishOpened publishes a round this event opened. On failure it backs the

@@ -29,6 +29,7 @@ type Metrics struct {
 	cron          *prometheus.CounterVec
 	http          *prometheus.CounterVec
 	reaper        *prometheus.CounterVec
+	mismatch      *prometheus.CounterVec
 }
 
 // NewMetrics registers every series on a new registry (plus Go and process
@@ -66,8 +67,10 @@ func NewMetrics() *Metrics {
 	m.http = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_http_requests_total",
 		Help: "HTTP requests, by route and status code."}, []string{"route", "code"})
 	m.reaper = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_reaper_actions_total",
-		Help: "Reaper actions on rounds reserved but never published: candidate (seen unpublished), released (unpublished and unchanged for a whole period), error (a pass failed)."}, []string{"action"})
-	for _, c := range []prometheus.Collector{m.reaper, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
+		Help: "Reaper actions: candidate (seen unpublished), released (unpublished and unchanged, no message), marked (unpublished, but its message was there), overdue (past due and not taken), lookup (looked up in the stream), missing (message not found), repaired (job published again), error (a pass failed)."}, []string{"action"})
+	m.mismatch = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_layout_mismatch_total",
+		Help: "Events that met a pending round of the other layout (the policy's payload changed with rounds pending) and joined it, by job type."}, []string{"type"})
+	for _, c := range []prometheus.Collector{m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
 		m.roundEvents, m.roundAge, m.jobs, m.guard, m.ingest, m.cron, m.http,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})} {
 		f(c)
@@ -93,6 +96,7 @@ func (m *Metrics) DebounceHooks() debounce.Hooks {
 		Release: func(jobType string, r debounce.ReleaseResult, _ debounce.Summary) {
 			m.releases.WithLabelValues(jobType, string(r)).Inc()
 		},
+		LayoutMismatch: func(jobType string) { m.mismatch.WithLabelValues(jobType).Inc() },
 	}
 }
 
