@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -120,6 +121,45 @@ func TestMarkPublishedOutlivesTheCaller(t *testing.T) {
 			r, found, err := f.c.Inspect(context.Background(), p.Type, d.Key)
 			if err != nil || !found || !r.Published {
 				t.Errorf("%s: after a publish acknowledged and a client gone, the round is %+v (found %v, %v): want it marked published", p.Type, r, found, err)
+			}
+		}
+	})
+}
+
+// TestAmbiguousPublishKeepsTheRound: a publish that timed out waiting for its
+// ack may have been stored. Backing the round out then let the client's retry
+// open a second round while the first job might be queued (two jobs for one
+// key). The round stays, unpublished: the retry joins it and publishes the
+// same round again (the same message id, so the stream keeps one), and the
+// reaper settles a round nobody retries by looking for its message.
+func TestAmbiguousPublishKeepsTheRound(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		for _, p := range []debounce.Policy{
+			{Type: "fixed", Mode: debounce.ModeDebounce, Window: time.Second},
+			{Type: "accum", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadAccumulate},
+		} {
+			var jobs []debounce.Job
+			calls := 0
+			pub := debounce.PublisherFunc(func(_ context.Context, j debounce.Job) error {
+				calls++
+				jobs = append(jobs, j)
+				if calls == 1 {
+					return fmt.Errorf("%w: nats: timeout waiting for the ack", debounce.ErrMaybePublished)
+				}
+				return nil
+			})
+			f := newFixtureWith(t, b, func(c *debounce.Config) { c.Publisher = pub }, p)
+			_, err := f.c.Submit(context.Background(), debounce.Event{Type: p.Type, Args: json.RawMessage(`{"a":1}`)})
+			if !errors.Is(err, debounce.ErrPublish) || !errors.Is(err, debounce.ErrMaybePublished) {
+				t.Fatalf("%s: Submit after an ambiguous publish: %v, want ErrPublish and ErrMaybePublished", p.Type, err)
+			}
+			retry, err := f.c.Submit(context.Background(), debounce.Event{Type: p.Type, Args: json.RawMessage(`{"a":1}`)})
+			if err != nil || retry.Round != jobs[0].Token || retry.Outcome != debounce.OutcomeCoalesced {
+				t.Fatalf("%s: the client's retry: %+v %v, want it to join the round %s", p.Type, retry, err, jobs[0].Token)
+			}
+			if len(jobs) != 2 || jobs[1].Token != jobs[0].Token || jobs[1].Version != jobs[0].Version {
+				t.Errorf("%s: published %d times (%+v); want the same round and version twice", p.Type, len(jobs), jobs)
 			}
 		}
 	})

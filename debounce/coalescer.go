@@ -447,6 +447,12 @@ func (c *Coalescer) publishOpened(ctx context.Context, p *compiled, d Decision, 
 		c.markPublished(ctx, p, d.Key, r)
 		return d, nil
 	}
+	if errors.Is(pubErr, ErrMaybePublished) {
+		// Stored or not, nobody knows yet: backing the round out could
+		// leave its job without it and let a retry open a second one. Keep
+		// it unpublished for a retry (or the reaper) to settle.
+		return d, pubErr
+	}
 	res, err := c.backout(ctx, r)
 	switch {
 	case err != nil:

@@ -9,8 +9,15 @@ var (
 	// fail: closed nothing was published.
 	ErrStoreUnavailable = errors.New("debounce: store unavailable")
 	// ErrPublish: the round could not be published; its reservation was
-	// released, so a retry of Submit can open it again.
+	// released, so a retry of Submit can open it again (unless the failure
+	// is ErrMaybePublished too).
 	ErrPublish = errors.New("debounce: publish failed")
+	// ErrMaybePublished: a Publisher's error when the message may have been
+	// stored all the same (the ack did not come in time, the connection
+	// dropped after sending). The round is then kept, unpublished: a retry
+	// of the event joins it and publishes it again (idempotently), and the
+	// reaper settles it by looking for its message.
+	ErrMaybePublished = errors.New("debounce: the publish may have landed")
 	// ErrInvalidPolicy: a policy cannot be used (see PolicyError).
 	ErrInvalidPolicy = errors.New("debounce: invalid policy")
 	// ErrNoPolicy: no policy is configured for the event's job type.

@@ -1,10 +1,13 @@
 package publisher
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coalesce-io/coalesce/debounce"
 
 	"github.com/coalesce-io/coalesce/internal/testenv"
 	"github.com/nats-io/nats.go"
@@ -122,5 +125,37 @@ func TestBackoff(t *testing.T) {
 		if d < want/2 || d > want {
 			t.Fatalf("backoff(%d) = %v, want %v..%v", attempt, d, want/2, want)
 		}
+	}
+}
+
+// TestUncertainPublishes: a publish that failed after an attempt was sent and
+// never answered may be stored; Publish says so (debounce.ErrMaybePublished)
+// and the Coalescer keeps the round instead of backing it out. A failure
+// the server answered is definite.
+func TestUncertainPublishes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err       error
+		uncertain bool
+	}{
+		{jetstream.ErrAsyncPublishTimeout, true},
+		{context.DeadlineExceeded, true},
+		{nats.ErrDisconnected, true},
+		{nats.ErrNoResponders, false},
+		{jetstream.ErrNoStreamResponse, false},
+		{&jetstream.APIError{Code: 503, Description: "no suitable peers"}, false},
+	} {
+		if got := unanswered(tc.err); got != tc.uncertain {
+			t.Errorf("unanswered(%v) = %v, want %v", tc.err, got, tc.uncertain)
+		}
+	}
+	p := &Publisher{cfg: Config{}.withDefaults()}
+	job := debounce.Job{Type: "t", Token: 1}
+	m := &nats.Msg{Subject: "co.run.t"}
+	if err := p.finish(context.Background(), job, m, nil, 2, time.Now(), &uncertainError{jetstream.ErrAsyncPublishTimeout}); !errors.Is(err, debounce.ErrMaybePublished) || !errors.Is(err, ErrPublish) {
+		t.Errorf("uncertain failure: %v, want ErrPublish and debounce.ErrMaybePublished", err)
+	}
+	if err := p.finish(context.Background(), job, m, nil, 1, time.Now(), nats.ErrNoResponders); errors.Is(err, debounce.ErrMaybePublished) || !errors.Is(err, ErrPublish) {
+		t.Errorf("definite failure: %v, want ErrPublish only", err)
 	}
 }

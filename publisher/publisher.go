@@ -256,10 +256,16 @@ func (p *Publisher) PublishBatch(ctx context.Context, jobs []debounce.Job) []err
 }
 
 func (p *Publisher) finish(ctx context.Context, job debounce.Job, m *nats.Msg, ack *jetstream.PubAck, attempts int, start time.Time, err error) error {
-	if err != nil {
+	var uncertain *uncertainError
+	switch {
+	case errors.As(err, &uncertain):
+		// An attempt was sent and never answered: it may be stored.
+		err = fmt.Errorf("%w: %w: %s round %s version %d on %s after %d attempts: %w",
+			ErrPublish, debounce.ErrMaybePublished, job.Type, job.Token, job.Version, m.Subject, attempts, uncertain.err)
+	case err != nil:
 		err = fmt.Errorf("%w: %s round %s version %d on %s after %d attempts: %w",
 			ErrPublish, job.Type, job.Token, job.Version, m.Subject, attempts, err)
-	} else if ack.Duplicate {
+	case ack.Duplicate:
 		p.log.DebugContext(ctx, "publisher: duplicate round version", "job_type", job.Type,
 			"key", job.Key.String(), "token", job.Token.String(), "version", job.Version)
 	}
@@ -288,14 +294,38 @@ func copyMsg(m *nats.Msg) *nats.Msg {
 	return &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}
 }
 
+// uncertainError is a failed publish one of whose attempts was sent and
+// never answered (an ack timeout, the context ending, the connection lost
+// after sending): the message may be in the stream.
+type uncertainError struct{ err error }
+
+func (e *uncertainError) Error() string { return e.err.Error() }
+func (e *uncertainError) Unwrap() error { return e.err }
+
+// unanswered reports an error after which a sent message may be stored.
+func unanswered(err error) bool {
+	return errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrConnectionClosed)
+}
+
 // send publishes m asynchronously and waits for its ack, retrying what may
 // pass (stalled client, ack timeout, no responders, disconnect). first, when
-// not nil, is the future of an attempt already sent.
+// not nil, is the future of an attempt already sent. When it fails after an
+// attempt that was sent and never answered, the error is an
+// *uncertainError.
 func (p *Publisher) send(ctx context.Context, m *nats.Msg, first jetstream.PubAckFuture) (*jetstream.PubAck, int, error) {
 	if err := ctx.Err(); err != nil && first == nil {
 		return nil, 0, err
 	}
 	var lastErr error
+	uncertain := false
+	fail := func(err error) error {
+		if uncertain {
+			return &uncertainError{err}
+		}
+		return err
+	}
 	for attempt := 1; ; attempt++ {
 		fut, err := first, error(nil)
 		if first == nil || attempt > 1 {
@@ -306,13 +336,14 @@ func (p *Publisher) send(ctx context.Context, m *nats.Msg, first jetstream.PubAc
 			if ack, err = p.await(ctx, fut); err == nil {
 				return ack, attempt, nil
 			}
+			uncertain = uncertain || unanswered(err)
 		}
 		lastErr = err
 		if ctx.Err() != nil {
-			return nil, attempt, errors.Join(lastErr, ctx.Err())
+			return nil, attempt, fail(errors.Join(lastErr, ctx.Err()))
 		}
 		if !retryable(err) || attempt >= p.cfg.MaxAttempts {
-			return nil, attempt, lastErr
+			return nil, attempt, fail(lastErr)
 		}
 		wait := p.backoff(attempt)
 		p.log.DebugContext(ctx, "publisher: retrying", "subject", m.Subject, "attempt", attempt, "wait", wait, "error", err)
@@ -320,7 +351,7 @@ func (p *Publisher) send(ctx context.Context, m *nats.Msg, first jetstream.PubAc
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, attempt, errors.Join(lastErr, ctx.Err())
+			return nil, attempt, fail(errors.Join(lastErr, ctx.Err()))
 		case <-t.C:
 		}
 	}
