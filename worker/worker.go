@@ -309,51 +309,9 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, h Handler) {
 func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler) string {
 	deliveries := job.Attempt
 	log := w.log.With("job_type", job.Type, "key", job.Key.String(), "token", job.Token.String(), "delivery", deliveries)
-	rel, err := w.cfg.Coalescer.Start(ctx, job.Job)
-	if err != nil {
-		// Running without closing the round would strand the events that
-		// join it meanwhile: wait for Redis instead.
-		log.WarnContext(ctx, "worker: could not close the round; retrying later", "err", err)
-		_ = msg.NakWithDelay(w.backoff(job.Attempt))
-		return "release_failed"
-	}
-	if rel.Result == debounce.ReleaseNotDue {
-		// An extended round fired before its new due time: it is not an
-		// attempt, whatever the delivery count, and is never dead-lettered
-		// (that would strand the round). Publish it again for its due time;
-		// if that fails, this delivery comes back and Start hands out the
-		// next version.
-		return w.reschedule(ctx, msg, job, rel, log)
-	}
-	if rel.Result == debounce.ReleaseSuperseded || rel.Result == debounce.ReleaseDone {
-		// Another message of the round took it (another version), or its
-		// job already finished: running this one would run the round twice.
-		log.InfoContext(ctx, "worker: the round's job ran (or runs) from another message; this one is acknowledged without running", "release", string(rel.Result))
-		_ = msg.Ack()
-		return string(rel.Result)
-	}
-	job.Release, job.Summary = rel.Result, rel.Summary
-	if deliveries > w.maxDeliveries() {
-		// A backstop for jobs whose attempts nothing else counts.
-		w.final(ctx, msg, job, fmt.Errorf("delivered %d times without finishing", deliveries-1), log)
-		return "dead"
-	}
-	if rel.Starts > 0 {
-		// The round counts the deliveries that reached it: one that died
-		// before (in a killed worker's prefetch buffer, or that waited out
-		// its ack wait there) never ran the handler and is no attempt.
-		job.Attempt = rel.Starts
-	}
-	log = log.With("attempt", job.Attempt)
-	if job.Attempt > w.cfg.MaxDeliver {
-		// Attempts that never finished (the worker died mid-job) count too.
-		w.final(ctx, msg, job, fmt.Errorf("started %d times without finishing", job.Attempt-1), log)
-		return "dead"
-	}
-	if w.cfg.Hooks.RoundAge != nil && rel.Result == debounce.ReleaseReleased {
-		w.cfg.Hooks.RoundAge(job.Type, w.now().Sub(job.OpenedAt), rel.Summary.Events)
-	}
-
+	// The run-once guard first: a delivery that finds the job running
+	// elsewhere (or a dead worker's claim not yet expired) waits without
+	// reaching the round, so it is no attempt.
 	g := w.guards[job.Type]
 	var cl *claim
 	if g != nil {
@@ -362,6 +320,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 			id = msg.Headers().Get(jetstream.MsgIDHeader)
 		}
 		var gr GuardResult
+		var err error
 		cl, gr, err = g.acquire(ctx, job.Type, id)
 		if err != nil {
 			log.WarnContext(ctx, "worker: run-once claim failed; retrying", "err", err)
@@ -378,6 +337,63 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 			_ = msg.NakWithDelay(g.cfg.ClaimTTL / 3) // the other run may still fail
 			return string(gr)
 		}
+	}
+	dropClaim := func() {
+		if cl == nil {
+			return
+		}
+		if err := g.release(ctx, cl); err != nil {
+			log.WarnContext(ctx, "worker: could not release the run-once claim; it expires on its own", "err", err)
+		}
+	}
+	rel, err := w.cfg.Coalescer.Start(ctx, job.Job)
+	if err != nil {
+		// Running without closing the round would strand the events that
+		// join it meanwhile: wait for Redis instead.
+		dropClaim()
+		log.WarnContext(ctx, "worker: could not close the round; retrying later", "err", err)
+		_ = msg.NakWithDelay(w.backoff(job.Attempt))
+		return "release_failed"
+	}
+	if rel.Result == debounce.ReleaseNotDue {
+		// An extended round fired before its new due time: it is not an
+		// attempt, whatever the delivery count, and is never dead-lettered
+		// (that would strand the round). Publish it again for its due time;
+		// if that fails, this delivery comes back and Start hands out the
+		// next version.
+		dropClaim()
+		return w.reschedule(ctx, msg, job, rel, log)
+	}
+	if rel.Result == debounce.ReleaseSuperseded || rel.Result == debounce.ReleaseDone {
+		// Another message of the round took it (another version), or its
+		// job already finished: running this one would run the round twice.
+		dropClaim()
+		log.InfoContext(ctx, "worker: the round's job ran (or runs) from another message; this one is acknowledged without running", "release", string(rel.Result))
+		_ = msg.Ack()
+		return string(rel.Result)
+	}
+	job.Release, job.Summary = rel.Result, rel.Summary
+	if deliveries > w.maxDeliveries() {
+		// A backstop for jobs whose attempts nothing else counts.
+		dropClaim()
+		w.final(ctx, msg, job, fmt.Errorf("delivered %d times without finishing", deliveries-1), log)
+		return "dead"
+	}
+	if rel.Starts > 0 {
+		// The round counts the deliveries that reached it: one that died
+		// before (in a killed worker's prefetch buffer, or that waited out
+		// its ack wait there) never ran the handler and is no attempt.
+		job.Attempt = rel.Starts
+	}
+	log = log.With("attempt", job.Attempt)
+	if job.Attempt > w.cfg.MaxDeliver {
+		// Attempts that never finished (the worker died mid-job) count too.
+		dropClaim()
+		w.final(ctx, msg, job, fmt.Errorf("started %d times without finishing", job.Attempt-1), log)
+		return "dead"
+	}
+	if w.cfg.Hooks.RoundAge != nil && rel.Result == debounce.ReleaseReleased {
+		w.cfg.Hooks.RoundAge(job.Type, w.now().Sub(job.OpenedAt), rel.Summary.Events)
 	}
 
 	err = w.handle(ctx, msg, job, h, g, cl)
