@@ -192,12 +192,29 @@ func (c *Coalescer) release(ctx context.Context, job Job, op string) (Release, e
 	return rel, nil
 }
 
+// nextWindow is, for the take of a throttle trailing round, the window key
+// and the arguments to reopen it with: the trailing job starts the next
+// window, so jobs of a key stay a window apart. Zero window: none.
+func (c *Coalescer) nextWindow(job Job, op string) (string, int64, uint64) {
+	p, ok := c.policies[job.Type]
+	if op != "take" || job.Mode != ModeThrottle || job.Immediate() || !ok || p.Mode != ModeThrottle {
+		return "", 0, 0
+	}
+	// Published (its job is this one), one event: the trailing job.
+	return redisKey(c.prefix, p.mix, job.Key, ""), p.Window.Milliseconds(), uint64(packOpen(newRnd())) | packPub
+}
+
 func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Release, error) {
 	key := c.jobRedisKey(job)
+	wkey, wms, wval := c.nextWindow(job, op)
 	if !job.Token.isHashToken() {
 		exp, rnd := job.Token.packedParts()
-		res, err := releasePackedScript.Run(ctx, c.rdb, []string{key, c.takenKey(job), identityKey(key), c.doneKey(job)},
-			exp, rnd, op, TakenRetention.Milliseconds(), job.Version).Int64Slice()
+		keys := []string{key, c.takenKey(job), identityKey(key), c.doneKey(job)}
+		if wkey != "" {
+			keys = append(keys, wkey)
+		}
+		res, err := releasePackedScript.Run(ctx, c.rdb, keys,
+			exp, rnd, op, TakenRetention.Milliseconds(), job.Version, wms, wval).Int64Slice()
 		if err != nil {
 			return Release{}, err
 		}
@@ -228,8 +245,12 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 			return Release{Result: ReleaseMissing}, nil
 		}
 	}
-	res, err := takeRoundScript.Run(ctx, c.rdb, []string{key, c.takenKey(job), c.doneKey(job)},
-		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op, TakenRetention.Milliseconds(), job.Version).Slice()
+	keys := []string{key, c.takenKey(job), c.doneKey(job)}
+	if wkey != "" {
+		keys = append(keys, wkey)
+	}
+	res, err := takeRoundScript.Run(ctx, c.rdb, keys,
+		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op, TakenRetention.Milliseconds(), job.Version, wms, wval).Slice()
 	if err != nil {
 		return Release{}, err
 	}

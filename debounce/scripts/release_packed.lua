@@ -11,6 +11,9 @@
 --            round; optional
 -- KEYS[4] -> done marker of this token (for "take"): Finish leaves it for a
 --            while, so a delivery after the job finished does not run again
+-- KEYS[5] -> throttle trailing round: the throttle window key, reopened at
+--            take (the trailing job starts the next window, as lodash's
+--            throttle does); optional
 -- ARGV[1] -> the round's expiry, unix ms (token >> 14)
 -- ARGV[2] -> the round's random bits (token & 0x3fff)
 -- ARGV[3] -> "take" (job start), "release" (dedup until success, cancel),
@@ -18,6 +21,8 @@
 -- ARGV[4] -> take: how long the taken copy is kept, ms
 -- ARGV[5] -> take: the version of the job's message (kept as tv: another
 --            version of the round finding it taken does not run)
+-- ARGV[6] -> with KEYS[5]: the window's length, ms
+-- ARGV[7] -> with KEYS[5]: the value to open the window with
 -- Returns {status, value, starts}:
 --   1 closed (value: the packed value, for the summary; starts 1 when taken)
 --   0 missing (expired, or already closed)
@@ -61,6 +66,7 @@ end
 redis.call('DEL', KEYS[1])
 if KEYS[3] then redis.call('DEL', KEYS[3]) end
 if ARGV[3] == 'take' then
+  if KEYS[5] then redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[6]) end
   redis.call('HSET', KEYS[2], 'v', raw, 's', 1, 'tv', ARGV[5])
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
   return {1, v, 1}

@@ -10,6 +10,9 @@
 -- KEYS[2] -> taken key of this token (for "take")
 -- KEYS[3] -> done marker of this token (for "take"): Finish leaves it for a
 --            while, so a delivery after the job finished does not run again
+-- KEYS[4] -> throttle trailing round: the throttle window key, reopened at
+--            take (the trailing job starts the next window, as lodash's
+--            throttle does); optional
 -- ARGV[1] -> the round's token (decimal)
 -- ARGV[2] -> now, unix ms
 -- ARGV[3] -> slack, ms: a round due within it counts as due
@@ -18,6 +21,8 @@
 -- ARGV[5] -> take: how long the taken copy is kept, ms
 -- ARGV[6] -> take: the version of the job's message (kept as tv: another
 --            version of the round finding it taken does not run)
+-- ARGV[7] -> with KEYS[4]: the window's length, ms
+-- ARGV[8] -> with KEYS[4]: the value to open the window with
 -- Returns:
 --   {1, field, value, ...}  closed: every field of the hash
 --   {0}                     missing
@@ -64,6 +69,7 @@ if ARGV[4] == 'take' then
 end
 local all = redis.call('HGETALL', key)
 if ARGV[4] == 'take' then
+  if KEYS[4] then redis.call('SET', KEYS[4], ARGV[8], 'PX', ARGV[7]) end
   redis.call('RENAME', key, KEYS[2])
   redis.call('HSET', KEYS[2], 's', 1, 'tv', ARGV[6])
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
