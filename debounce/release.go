@@ -426,26 +426,98 @@ func msField(s string) time.Time {
 	return msTime(ms)
 }
 
-// Cancel deletes the pending round (or throttle window) of a key, fenced by
-// the token Inspect read, and returns what it deleted so the caller can purge
-// its schedule. found is false when nothing was pending.
+// CancelResult is what CancelRound found.
+type CancelResult string
+
+// Cancel results.
+const (
+	// CancelCancelled: the round was pending and is gone; its job will not
+	// run (a delivery of it is told the round is done). Also the answer to
+	// a repeated cancel of the same round while no other round is pending.
+	CancelCancelled CancelResult = "cancelled"
+	// CancelOtherRound: another round of the key is pending; nothing was
+	// changed (a cancel replayed after its round ended must not cancel the
+	// next one).
+	CancelOtherRound CancelResult = "other_round"
+	// CancelStarted: the round's job has started (or finished); too late.
+	CancelStarted CancelResult = "already_started"
+	// CancelNotFound: no such round.
+	CancelNotFound CancelResult = "not_found"
+)
+
+// doneCancelled is the done marker of a cancelled round (a finished one
+// holds the version of the message that ran).
+const doneCancelled = "cancelled"
+
+// CancelRound cancels the round of key whose token is token, and only that
+// one: fenced, so that a cancel replayed (a client's retry, an admin message
+// redelivered) never cancels the round after it. The round is deleted and a
+// done marker left for as long as the round would have lived, so that its
+// job, if its schedule already fired or a reschedule lands late, starts
+// nothing (ReleaseDone). The caller purges the round's messages
+// (publisher.Cancel). It returns the round as it was (CancelCancelled) or
+// the round pending instead (CancelOtherRound).
+func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKey, token Token) (Round, CancelResult, error) {
+	p, ok := c.policies[jobType]
+	if !ok {
+		return Round{}, "", fmt.Errorf("%w %q", ErrNoPolicy, jobType)
+	}
+	if token == 0 {
+		return Round{}, "", fmt.Errorf("%w: cancel needs the round's token (16 hex digits, from its decision or Inspect)", ErrInvalidToken)
+	}
+	r, found, err := c.Inspect(ctx, jobType, key)
+	if err != nil {
+		return r, "", err
+	}
+	job := Job{Type: jobType, Key: key, Token: token, Mode: p.Mode, TTL: p.lifetime()}
+	if found && r.Token == token {
+		if p.Mode == ModeThrottle && !r.Window {
+			job.DueAt = r.DueAt
+		}
+		op := "release"
+		if token.isHashToken() {
+			op = "cancel"
+		}
+		rel, err := c.releaseRound(ctx, job, op)
+		if err != nil {
+			return r, "", fmt.Errorf("%w: cancel %s %s: %w", ErrStoreUnavailable, jobType, key, err)
+		}
+		if rel.Result == ReleaseReleased {
+			keep := max(time.Until(r.ExpiresAt), DoneRetention)
+			if err := c.rdb.Set(ctx, c.doneKey(job), doneCancelled, keep).Err(); err != nil {
+				return r, "", fmt.Errorf("%w: cancel %s %s: mark the round done: %w", ErrStoreUnavailable, jobType, key, err)
+			}
+			return r, CancelCancelled, nil
+		}
+		// Taken (or gone) meanwhile: look again below.
+	}
+	pipe := c.rdb.Pipeline()
+	taken := pipe.Exists(ctx, c.takenKey(job))
+	done := pipe.Get(ctx, c.doneKey(job))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return r, "", fmt.Errorf("%w: cancel %s %s: %w", ErrStoreUnavailable, jobType, key, err)
+	}
+	switch {
+	case found && r.Token != token:
+		return r, CancelOtherRound, nil
+	case done.Val() == doneCancelled:
+		return Round{Type: jobType, Key: key, Token: token}, CancelCancelled, nil
+	case taken.Val() > 0 || done.Val() != "":
+		return Round{Type: jobType, Key: key, Token: token}, CancelStarted, nil
+	}
+	return Round{}, CancelNotFound, nil
+}
+
+// Cancel cancels whatever round (or throttle window) of key is pending now,
+// as CancelRound does for its token, and returns it; found is false when
+// nothing was pending. It is not fenced: repeated, it cancels the round
+// pending then, which may be the next one. Prefer CancelRound with the token
+// of the round meant.
 func (c *Coalescer) Cancel(ctx context.Context, jobType string, key RoundKey) (Round, bool, error) {
 	r, found, err := c.Inspect(ctx, jobType, key)
 	if err != nil || !found {
 		return r, found, err
 	}
-	p := c.policies[jobType]
-	job := Job{Type: jobType, Key: key, Token: r.Token, Mode: p.Mode, TTL: p.lifetime()}
-	if p.Mode == ModeThrottle && !r.Window {
-		job.DueAt = r.DueAt
-	}
-	op := "release"
-	if r.Token.isHashToken() {
-		op = "cancel"
-	}
-	rel, err := c.releaseRound(ctx, job, op)
-	if err != nil {
-		return r, false, fmt.Errorf("%w: cancel %s %s: %w", ErrStoreUnavailable, jobType, key, err)
-	}
-	return r, rel.Result == ReleaseReleased, nil
+	r, res, err := c.CancelRound(ctx, jobType, key, r.Token)
+	return r, res == CancelCancelled, err
 }

@@ -452,21 +452,29 @@ func (p *Publisher) FindRound(ctx context.Context, jobType string, token debounc
 	return debounce.RoundKey{}, false, nil
 }
 
-// Cancel purges the pending schedule of one round of key, or, for the zero
-// token, of every round of key, and returns how many messages were purged
-// (0 when nothing was pending: already fired, cancelled or never
-// scheduled). A job already fired on the job subject is not touched.
+// Cancel purges the messages of one round of key, or, for the zero token,
+// of every round of key: its pending schedule and its job not yet taken (a
+// job a worker holds is removed from the stream, and its Start finds the
+// round cancelled). It returns how many messages were purged (0 when
+// nothing was pending: already run, cancelled or never scheduled).
 func (p *Publisher) Cancel(ctx context.Context, jobType string, key debounce.RoundKey, token debounce.Token) (uint64, error) {
 	if err := validateJobType(jobType); err != nil {
 		return 0, err
 	}
-	subj := p.subjects.Schedule(jobType, key, token)
-	n, err := p.purge(ctx, subj)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s key %s round %s: purge %s: %w", ErrCancel, jobType, key, token, subj, err)
+	subjects := []string{p.subjects.Schedule(jobType, key, token), p.subjects.Run(jobType, key, token)}
+	if token == 0 {
+		subjects[1] = p.subjects.prefix() + ".run." + jobType + "." + key.String() + ".*"
 	}
-	p.log.DebugContext(ctx, "publisher: cancelled", "job_type", jobType, "key", key.String(), "token", token.String(), "purged", n)
-	return n, nil
+	var total uint64
+	for _, subj := range subjects {
+		n, err := p.purge(ctx, subj)
+		if err != nil {
+			return total, fmt.Errorf("%w: %s key %s round %s: purge %s: %w", ErrCancel, jobType, key, token, subj, err)
+		}
+		total += n
+	}
+	p.log.DebugContext(ctx, "publisher: cancelled", "job_type", jobType, "key", key.String(), "token", token.String(), "purged", total)
+	return total, nil
 }
 
 // purge runs a subject-filtered stream purge and returns the purged count,

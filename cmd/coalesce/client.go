@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -233,10 +234,16 @@ func runInspect(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	return roundCommand(ctx, "inspect", inspectSynopsis, http.MethodGet, args, stdout, stderr)
 }
 
-const cancelSynopsis = `cancel --type T (--round-key HEX | --args JSON [--key K])
+const cancelSynopsis = `cancel --type T (--round-key HEX | --args JSON [--key K]) [--round TOKEN]
 
-Cancels the round pending for a key: deletes its reservation and purges its
-schedule, so its job never runs. Events from then on open a new round.`
+Cancels a round of a key: deletes its reservation and purges its schedule
+and job, so its job never runs. Events from then on open a new round.
+
+--round names the round (the 16 hex digits of a decision's "round"): the
+cancel is then fenced, and answers "other round" (exit 1) rather than
+cancel the next round when repeated after its round ended. Without it the
+round pending now is looked up and cancelled, which a repeated command
+would do again to the next one.`
 
 func runCancel(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	return roundCommand(ctx, "cancel", cancelSynopsis, http.MethodDelete, args, stdout, stderr)
@@ -249,12 +256,35 @@ func roundCommand(ctx context.Context, name, synopsis, method string, args []str
 	var e eventFlags
 	e.register(fs)
 	roundKey := fs.String("round-key", "", "the round key (64 hex digits, the key field of a decision)")
+	var token *string
+	if method == http.MethodDelete {
+		token = fs.String("round", "", "the round to cancel: 16 hex digits (a decision's round); default the round pending now")
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	path, err := roundPath(ctx, &c, &e, *roundKey)
 	if err != nil {
 		return err
+	}
+	if token != nil {
+		if *token == "" {
+			// The round pending now: not fenced (see the synopsis).
+			out, err := c.do(ctx, http.MethodGet, path, "", nil)
+			var he *httpError
+			if errors.As(err, &he) && he.code == "not_found" {
+				return fmt.Errorf("no round pending for %s (%s)", e.typ, strings.TrimPrefix(path, "/v1/rounds/"+e.typ+"/"))
+			}
+			if err != nil {
+				return err
+			}
+			var pending struct{ Round string }
+			if err := json.Unmarshal(out, &pending); err != nil {
+				return err
+			}
+			*token = pending.Round
+		}
+		path += "?round=" + url.QueryEscape(*token)
 	}
 	out, err := c.do(ctx, method, path, "", nil)
 	var he *httpError

@@ -492,20 +492,33 @@ func (a *API) round(w http.ResponseWriter, r *http.Request) *apiError {
 		writeJSON(w, http.StatusOK, round)
 		return nil
 	}
-	round, found, err := a.cfg.Coalescer.Cancel(r.Context(), jobType, key)
+	raw := r.URL.Query().Get("round")
+	if raw == "" {
+		return errf(http.StatusBadRequest, "invalid_round", "round", "required: ?round=<16 hex digits>, the round to cancel (a decision's round, or GET this path): a cancel names its round, so that a replayed one never cancels the next")
+	}
+	token, err := debounce.ParseToken(raw)
+	if err != nil || token == 0 {
+		return errf(http.StatusBadRequest, "invalid_round", "round", "%q is not a round token (16 hex digits)", raw)
+	}
+	round, res, err := a.cfg.Coalescer.CancelRound(r.Context(), jobType, key, token)
 	if err != nil {
 		return submitError(err)
 	}
-	if !found {
-		return errf(http.StatusNotFound, "not_found", "", "no round pending for %s %s", jobType, key)
+	switch res {
+	case debounce.CancelNotFound:
+		return errf(http.StatusNotFound, "not_found", "", "no round %s of %s %s", token, jobType, key)
+	case debounce.CancelOtherRound:
+		return errf(http.StatusConflict, "other_round", "round", "round %s of %s %s is no longer pending; round %s is, and was not cancelled", token, jobType, key, round.Token)
+	case debounce.CancelStarted:
+		return errf(http.StatusConflict, "already_started", "round", "round %s of %s %s has started (or finished): too late to cancel", token, jobType, key)
 	}
 	var purged uint64
-	if a.cfg.Publisher != nil && !round.Window {
-		if purged, err = a.cfg.Publisher.Cancel(r.Context(), jobType, key, round.Token); err != nil {
-			return errf(http.StatusServiceUnavailable, "publish_unavailable", "", "the round was cancelled in Redis but its schedule could not be purged (%v); its job will start and find no round", err)
+	if a.cfg.Publisher != nil {
+		if purged, err = a.cfg.Publisher.Cancel(r.Context(), jobType, key, token); err != nil {
+			return errf(http.StatusServiceUnavailable, "publish_unavailable", "", "the round was cancelled in Redis but its messages could not be purged (%v); its job will start, find the round cancelled and not run", err)
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"cancelled": round, "purged_schedules": purged})
+	writeJSON(w, http.StatusOK, map[string]any{"cancelled": round, "purged": purged})
 	return nil
 }
 

@@ -232,12 +232,30 @@ func TestExplainRoundsAndPolicies(t *testing.T) {
 	if code != 200 || !bytes.Contains(body, []byte(`"events":1`)) || !bytes.Contains(body, []byte(`"round":"`+d.Round.String()+`"`)) {
 		t.Fatalf("GET round: %d %s", code, body)
 	}
-	code, body = f.do(t, "DELETE", "/v1/rounds/recompute/"+ex.Key, "")
-	if code != 200 || !bytes.Contains(body, []byte(`"purged_schedules":1`)) {
+	if code, body := f.do(t, "DELETE", "/v1/rounds/recompute/"+ex.Key, ""); code != 400 || !bytes.Contains(body, []byte(`"field":"round"`)) {
+		t.Fatalf("DELETE without ?round: %d %s, want 400 naming round", code, body)
+	}
+	roundPath := "/v1/rounds/recompute/" + ex.Key + "?round=" + d.Round.String()
+	code, body = f.do(t, "DELETE", roundPath, "")
+	if code != 200 || !bytes.Contains(body, []byte(`"purged":1`)) {
 		t.Fatalf("DELETE round: %d %s", code, body)
 	}
 	if code, _ := f.do(t, "GET", "/v1/rounds/recompute/"+ex.Key, ""); code != 404 {
 		t.Errorf("round still there after DELETE: %d", code)
+	}
+	// Replayed (a client's retry): the same answer, nothing else touched.
+	if code, body := f.do(t, "DELETE", roundPath, ""); code != 200 || !bytes.Contains(body, []byte(`"purged":0`)) {
+		t.Errorf("replayed DELETE: %d %s, want 200 again", code, body)
+	}
+	// Replayed once the key has its next round: refused, the next round stays.
+	_, body = f.do(t, "POST", "/v1/events", ev)
+	var next debounce.Decision
+	_ = json.Unmarshal(body, &next)
+	if code, body := f.do(t, "DELETE", roundPath, ""); code != 409 || !bytes.Contains(body, []byte(`"other_round"`)) || !bytes.Contains(body, []byte(next.Round.String())) {
+		t.Errorf("replayed DELETE with the next round pending: %d %s, want 409 other_round", code, body)
+	}
+	if code, _ := f.do(t, "GET", "/v1/rounds/recompute/"+ex.Key, ""); code != 200 {
+		t.Errorf("the next round was cancelled by a replay: GET %d", code)
 	}
 	code, body = f.do(t, "GET", "/v1/policies", "")
 	if code != 200 || !bytes.Contains(body, []byte(`"type":"notify","mode":"dedup"`)) || !bytes.Contains(body, []byte(`"key_fields":["tenant_id"]`)) {
@@ -302,7 +320,7 @@ func TestFoundByTheHostileCorpus(t *testing.T) {
 	}
 	// A round key named with another job type reaches nothing.
 	for _, m := range []string{"GET", "DELETE"} {
-		if code, body := f.do(t, m, "/v1/rounds/notify/"+d.Key.String(), ""); code != 404 {
+		if code, body := f.do(t, m, "/v1/rounds/notify/"+d.Key.String()+"?round="+d.Round.String(), ""); code != 404 {
 			t.Errorf("%s of recompute's round as notify: %d %s, want 404", m, code, body)
 		}
 	}
