@@ -179,7 +179,20 @@ func (a *API) authorized(r *http.Request) bool {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // the exact bytes: canonical args are what was hashed
+	_ = enc.Encode(v)
+}
+
+// marshal encodes v as JSON without HTML escaping (encoding/json writes <, >,
+// & and U+2028/9 as \u escapes by default, which would change the canonical
+// args and the messages clients read).
+func marshal(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'})
 }
 
 // readBody reads the whole body within the limit: nothing is decided from a
@@ -442,7 +455,7 @@ func (a *API) decideBatch(r *http.Request, lines [][]byte) [][]byte {
 					out[i] = errorJSON(err)
 					continue
 				}
-				out[i], _ = json.Marshal(d)
+				out[i] = marshal(d)
 			}
 		})
 	}
@@ -451,7 +464,7 @@ func (a *API) decideBatch(r *http.Request, lines [][]byte) [][]byte {
 }
 
 func errorJSON(err error) []byte {
-	b, _ := json.Marshal(errorBody{submitError(err)})
+	b := marshal(errorBody{submitError(err)})
 	return b
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/fingerprint"
 	"github.com/coalesce-io/coalesce/internal/daemon"
 	"github.com/coalesce-io/coalesce/internal/testenv"
 	"github.com/coalesce-io/coalesce/publisher"
@@ -362,5 +363,30 @@ func TestFoundByTheHostileCorpus(t *testing.T) {
 	}
 	if code, _ := g.do(t, "GET", "/v1/policies", "", "Authorization", "Bearer "); code != 401 {
 		t.Errorf("empty bearer with an empty token configured: %d", code)
+	}
+}
+
+// TestNoHTMLEscaping: the daemon's JSON is not HTML-escaped. encoding/json
+// writes <, >, & and U+2028/9 as \u escapes by default, which made explain's
+// canonical_args differ from the bytes that are hashed, and a 401 read
+// "Bearer \u003ctoken\u003e".
+func TestNoHTMLEscaping(t *testing.T) {
+	t.Parallel()
+	f := newAPI(t)
+	args := `{"b":"<a href='x'>&</a>","a":"\u2028\u2029"}`
+	canon, err := fingerprint.Canonicalize([]byte(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := f.do(t, "POST", "/v1/explain", `{"type":"notify","args":`+args+`}`)
+	if code != 200 || !bytes.Contains(body, append(append([]byte(`"canonical_args":`), canon...), ',')) {
+		t.Fatalf("explain: %d %s\nwant canonical_args exactly %s", code, body, canon)
+	}
+	if _, body := f.do(t, "POST", "/v1/events", `{"type":"notify","args":`+args+`}`); bytes.Contains(body, []byte(`\u003c`)) {
+		t.Errorf("decision HTML-escaped: %s", body)
+	}
+	secured := newAPI(t, "s3cret")
+	if code, body := secured.do(t, "POST", "/v1/events", `{}`); code != 401 || !bytes.Contains(body, []byte("Bearer <token>")) {
+		t.Errorf("401: %d %s, want it to read Bearer <token>", code, body)
 	}
 }

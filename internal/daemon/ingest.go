@@ -164,11 +164,11 @@ func (in *Ingest) decide(ctx context.Context, subject, jobType string, data []by
 		}
 		var d debounce.Decision
 		if d, err = in.cfg.Coalescer.Submit(ctx, ev); err == nil {
-			b, _ := json.Marshal(d)
+			b := marshal(d)
 			return b, true
 		}
 	}
-	b, _ := json.Marshal(errorBody{submitError(err)})
+	b := marshal(errorBody{submitError(err)})
 	return b, false
 }
 
