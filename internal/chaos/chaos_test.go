@@ -152,8 +152,8 @@ func faultRestartEmbedded(kill bool) func(ctx context.Context, e *env) {
 		p := e.producers[0]
 		for sleepCtx(ctx, between(3*time.Second, 5*time.Second)) {
 			if kill {
-				at := time.Now().UnixNano()
 				p.kill()
+				at := time.Now().UnixNano() // dead by now: nothing it answered came later
 				e.mu.Lock()
 				// Its snapshot is at most a second old, plus the time one takes.
 				e.snapshotLoss = append(e.snapshotLoss, Interval{From: at - int64(1500*time.Millisecond), To: at})
