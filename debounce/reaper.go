@@ -25,14 +25,16 @@ type Locator interface {
 //   - Rounds reserved and never published: their producer died between the
 //     two steps, and no event has joined them since (an event that joins an
 //     unpublished round publishes it itself, so every accepted event is in
-//     a published round). The reaper releases such a round once it stayed
-//     unpublished and unchanged for one whole period between two passes.
+//     a published round). Once it stayed unpublished and unchanged for
+//     UnpublishedAfter, the reaper looks for its message (it may have been
+//     published and not marked) and marks it published, or releases it.
 //   - Rounds overdue, RepairAfter past their due time and not taken, whose
 //     message the stream no longer holds (purged, removed by hand, a NATS
 //     store lost). Left alone such a round would take in events until its
-//     TTL for a job that will never run. Once two passes in a row find the
-//     message missing (and the round unchanged), the reaper publishes the
-//     job again from the round's identity (identity.go): the round's data
+//     TTL for a job that will never run. When the stream holds neither its
+//     schedule nor its job, the reaper publishes the job again from the
+//     round's identity (identity.go), with a new version, if the round is
+//     still the one it looked up (same token and version): the round's data
 //     reaches a job. A round whose message is still there (a backlog,
 //     workers away) is left alone. A packed round has an identity only once
 //     an event found it overdue; one that nobody joined since its message
@@ -47,7 +49,6 @@ type Reaper struct {
 	loc     Locator
 	finder  roundFinder          // nil: packed unpublished rounds are not looked up
 	seen    map[string]seenRound // unpublished: key -> what the previous passes saw, since when
-	missing map[string]string    // overdue, message missing: key -> what the previous pass saw
 	present map[string]time.Time // overdue, message there: key|token -> not looked up again before
 	// UnpublishedAfter is how long a round must stay unpublished and
 	// unchanged before the reaper looks at it (DefaultUnpublishedAfter):
@@ -101,8 +102,8 @@ type ReapReport struct {
 	Marked     int // unpublished and unchanged, but its message was in the stream: marked published
 	Overdue    int // overdue rounds with an identity (repairable)
 	Lookups    int // overdue rounds looked up in the stream
-	Missing    int // of those, message missing (repaired if the next pass agrees)
-	Repaired   int // message missing two passes in a row: the job published again
+	Missing    int // of those, message missing
+	Repaired   int // of those, the job published again (the others changed meanwhile)
 }
 
 // NewReaper returns a reaper for the coalescer's keys. Call Pass every period
@@ -110,7 +111,7 @@ type ReapReport struct {
 // reapers in several replicas is safe (every change is compare-and-set on
 // the round's token and version).
 func (c *Coalescer) NewReaper() *Reaper {
-	r := &Reaper{c: c, seen: map[string]seenRound{}, missing: map[string]string{}, present: map[string]time.Time{},
+	r := &Reaper{c: c, seen: map[string]seenRound{}, present: map[string]time.Time{},
 		UnpublishedAfter: DefaultUnpublishedAfter, RepairAfter: DefaultRepairAfter, MaxLookups: DefaultMaxLookups}
 	r.loc, _ = c.pub.(Locator)
 	r.finder, _ = c.pub.(roundFinder)
@@ -133,7 +134,6 @@ func (r *Reaper) Pass(ctx context.Context) (ReapReport, error) {
 		mu      sync.Mutex // ForEachMaster scans the masters concurrently
 		rep     ReapReport
 		next    = map[string]seenRound{}
-		missing = map[string]string{}
 		overdue []overdueRound
 	)
 	now := r.c.now()
@@ -209,17 +209,19 @@ func (r *Reaper) Pass(ctx context.Context) (ReapReport, error) {
 	r.seen = next
 	rep.Overdue = len(overdue)
 	if r.loc != nil {
-		if err := r.repair(ctx, overdue, now, missing, &rep); err != nil {
+		if err := r.repair(ctx, overdue, now, &rep); err != nil {
 			return rep, err
 		}
-		r.missing = missing
 	}
 	return rep, nil
 }
 
 // repair looks the overdue rounds up in the stream and publishes again the
-// jobs of those missing for the second pass in a row.
-func (r *Reaper) repair(ctx context.Context, overdue []overdueRound, now time.Time, missing map[string]string, rep *ReapReport) error {
+// jobs of those missing. A look-up that raced a change of the round (its
+// schedule fired and its job was taken, a worker rescheduled it, another
+// reaper repaired it) finds the round changed in the repair script, which
+// checks its token and version: nothing is published twice.
+func (r *Reaper) repair(ctx context.Context, overdue []overdueRound, now time.Time, rep *ReapReport) error {
 	if len(r.present) > maxPresent {
 		for k, t := range r.present {
 			if now.After(t) {
@@ -233,10 +235,7 @@ func (r *Reaper) repair(ctx context.Context, overdue []overdueRound, now time.Ti
 			continue
 		}
 		if rep.Lookups >= r.MaxLookups {
-			if prev, ok := r.missing[o.rkey]; ok {
-				missing[o.rkey] = prev // not looked up this time: keep what was seen
-			}
-			continue
+			continue // the next passes get to it
 		}
 		rep.Lookups++
 		found, err := r.loc.Pending(ctx, o.job)
@@ -249,11 +248,7 @@ func (r *Reaper) repair(ctx context.Context, overdue []overdueRound, now time.Ti
 			}
 			continue
 		}
-		if r.missing[o.rkey] != o.state {
-			missing[o.rkey] = o.state // first sighting: the next pass confirms
-			rep.Missing++
-			continue
-		}
+		rep.Missing++
 		ok, err := r.republish(ctx, o)
 		if err != nil {
 			return err
