@@ -114,3 +114,25 @@ func TestBenchmarkInputsAreValid(t *testing.T) {
 		t.Fatalf("benchmark inputs are %d and %d bytes, want ~200 and ~4096", len(typicalArgs), len(largeArgs))
 	}
 }
+
+// TestFromJSONDoesNotAllocate guards the hot path, including the checks for
+// numbers beyond 2^53 and for noncharacters on the inputs that pass them.
+func TestFromJSONDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items under the race detector")
+	}
+	s, err := fingerprint.NewScheme("recompute_financials")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge := []byte(`{"big":[9007199254740994,1000000000000000000000,9.007199254740992e15,1.5e300,9007199254740993.5],` +
+		`"s":"\ufdcf\ufdf0\ufffd\ud83f\udffd` + "\ufdcf\ufffd\U0010fffd" + `"}`)
+	for _, in := range [][]byte{typicalArgs, largeArgs, edge} {
+		if _, err := s.FromJSON(in); err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(200, func() { _, _ = s.FromJSON(in) }); n != 0 {
+			t.Errorf("FromJSON(%.40s…) allocates %v times per call", in, n)
+		}
+	}
+}

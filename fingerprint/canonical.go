@@ -4,19 +4,24 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 )
 
-// MaxDepth is how deeply arrays and objects may nest in args. Deeper input is
-// refused with ErrTooDeep rather than risking the stack on hostile input.
+// MaxDepth is how deeply arrays and objects may nest in args: the outermost
+// array or object is level 1, so MaxDepth nested levels are accepted and
+// MaxDepth+1 are refused with ErrTooDeep (scalars inside add no level), rather
+// than risking the stack on hostile input.
 const MaxDepth = 1000
 
 // canonicalizer turns one JSON document into its RFC 8785 (JCS) form in a
 // single pass, checking the I-JSON rules on the way: unique member names,
-// valid UTF-8, no lone surrogates, finite numbers and integer literals within
-// ±2^53. It is reused through a sync.Pool, so the hot path does not allocate.
+// valid UTF-8, no lone surrogates, no noncharacters, finite numbers, and no
+// number beyond ±2^53 that denotes an integer the double cannot hold (see
+// shortestIntegerDigits). It is reused through a sync.Pool, so the hot path does not
+// allocate.
 //
 // Member order: the members of an object are written in input order, their
 // spans recorded, and the object rewritten sorted by the UTF-16 code units of
@@ -430,6 +435,9 @@ func (c *canonicalizer) str(isName bool) (start, end int, inNames bool, err erro
 			if r == utf8.RuneError && size <= 1 {
 				return 0, 0, false, c.fail(ErrInvalidUTF8, "invalid UTF-8 byte 0x"+strconv.FormatUint(uint64(ch), 16)+" at byte "+strconv.Itoa(c.pos)+" in a string")
 			}
+			if isNoncharacter(r) {
+				return 0, 0, false, c.noncharacter(r, c.pos, nil)
+			}
 			c.pos += size
 		}
 	}
@@ -467,13 +475,20 @@ func (c *canonicalizer) escape() (rune, error) {
 			return 0, c.syntax(`invalid \u escape, expected four hex digits`)
 		}
 		if !utf16.IsSurrogate(r) {
+			if isNoncharacter(r) {
+				return 0, c.noncharacter(r, at, c.in[at:c.pos])
+			}
 			return r, nil
 		}
 		if r < 0xDC00 && c.pos+1 < len(c.in) && c.in[c.pos] == '\\' && c.in[c.pos+1] == 'u' {
 			save := c.pos
 			c.pos += 2
 			if lo, ok := c.hex4(); ok && lo >= 0xDC00 && lo <= 0xDFFF {
-				return utf16.DecodeRune(r, lo), nil
+				r = utf16.DecodeRune(r, lo)
+				if isNoncharacter(r) {
+					return 0, c.noncharacter(r, at, c.in[at:c.pos])
+				}
+				return r, nil
 			}
 			c.pos = save
 		}
@@ -483,6 +498,28 @@ func (c *canonicalizer) escape() (rune, error) {
 		c.pos = at
 		return 0, c.syntax("invalid escape " + strconv.QuoteRuneToASCII(rune(e)) + " in a string")
 	}
+}
+
+// isNoncharacter reports whether r is one of the 66 noncharacters I-JSON
+// forbids (RFC 7493 section 2.1): U+FDD0-U+FDEF and the last two code points
+// of every plane, U+FFFE U+FFFF, U+1FFFE U+1FFFF ... U+10FFFE U+10FFFF.
+func isNoncharacter(r rune) bool {
+	return r >= 0xFDD0 && r <= 0xFDEF || r&0xFFFE == 0xFFFE
+}
+
+// noncharacter refuses the noncharacter r found at byte at of the input, raw
+// or written as the escape sequence escaped.
+func (c *canonicalizer) noncharacter(r rune, at int, escaped []byte) error {
+	hex := strconv.FormatUint(uint64(r), 16)
+	if len(hex) < 4 {
+		hex = "0000"[len(hex):] + hex
+	}
+	msg := "noncharacter U+" + strings.ToUpper(hex)
+	if escaped != nil {
+		msg += " (" + string(escaped) + ")"
+	}
+	msg += " at byte " + strconv.Itoa(at) + " in a string; I-JSON (RFC 7493) forbids noncharacters: remove it, or send binary data as base64"
+	return c.fail(ErrNoncharacter, msg)
 }
 
 func (c *canonicalizer) hex4() (rune, bool) {
@@ -537,6 +574,10 @@ func appendStringRune(b []byte, r rune) []byte {
 // digits and a larger value, would round when read as an IEEE 754 double.
 const maxSafe = "9007199254740992"
 
+// twoTo53 is 2^53 as a double: a number whose double is smaller in magnitude
+// denotes nothing beyond 2^53 (rounding is monotonic and 2^53 is exact).
+const twoTo53 = 1 << 53
+
 func (c *canonicalizer) number() error {
 	start := c.pos
 	neg := c.in[c.pos] == '-'
@@ -585,8 +626,10 @@ func (c *canonicalizer) number() error {
 			c.out = append(c.out, lit...)
 			return nil
 		}
-		return c.bigInteger(start, lit)
+		return c.bigInteger(lit)
 	}
+	// A plain decimal of at most 15 significant digits is below 10^15 < 2^53,
+	// so the rule for integers beyond 2^53 never applies to it.
 	if !hasExp && appendPlainDecimal(c, lit, intStart-start, intEnd-start) {
 		return nil
 	}
@@ -596,34 +639,127 @@ func (c *canonicalizer) number() error {
 	if err != nil || math.IsInf(f, 0) {
 		return c.fail(ErrNonFinite, "number "+quoteSnippet(lit)+" overflows to infinity; JSON numbers must fit an IEEE 754 double")
 	}
+	if math.Abs(f) >= twoTo53 && !shortestIntegerDigits(lit, f) {
+		return c.unsafeNumber(lit, false, f, true)
+	}
 	c.out = appendES6Number(c.out, f)
 	return nil
 }
 
-// bigInteger handles an integer literal beyond ±2^53. It is accepted only when
-// it is already the canonical (ECMAScript) form of the double it denotes, as
-// 100000000000000000000 is for 1e20; any other such literal would round to a
-// neighbouring value and collide with it, so it is refused.
-func (c *canonicalizer) bigInteger(start int, lit []byte) error {
+// bigInteger handles an integer literal (no fraction, no exponent) beyond
+// ±2^53; see shortestIntegerDigits. Accepted, it is written in the canonical
+// form of its double: 100000000000000000000 as itself, 1000000000000000000000
+// as 1e+21. A literal that overflows the double is refused too.
+func (c *canonicalizer) bigInteger(lit []byte) error {
 	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(lit), len(lit)), 64)
-	mark := len(c.out)
-	if err == nil {
-		c.out = appendES6Number(c.out, f)
-		if string(c.out[mark:]) == string(lit) {
-			return nil
+	if err != nil || math.IsInf(f, 0) {
+		return c.unsafeNumber(lit, true, f, false)
+	}
+	if !shortestIntegerDigits(lit, f) {
+		return c.unsafeNumber(lit, true, f, true)
+	}
+	c.out = appendES6Number(c.out, f)
+	return nil
+}
+
+// shortestIntegerDigits applies the rule for numbers beyond 2^53 to a number
+// literal whose double f is at least 2^53 in magnitude. A literal whose exact
+// decimal value is not an integer (9007199254740993.5) is not subject to it
+// and passes. One whose value is an integer, in whatever form (9007199254740993,
+// 9007199254740993.0, 9.007199254740993e15), passes only when its significant
+// digits (leading and trailing zeros dropped, decimal point ignored) are
+// exactly the shortest round-trip digits of f, as for 9007199254740994, 1e20,
+// 1000000000000000000000 or 1.5e300: it is then the one canonical spelling of
+// f up to zeros, point and exponent, and no other integer with such digits
+// rounds to f. Any other integer literal rounds to a double that a different
+// integer names too, and the two would collide, so it fails.
+func shortestIntegerDigits(lit []byte, f float64) bool {
+	m := lit
+	if m[0] == '-' {
+		m = m[1:]
+	}
+	exp := int64(0)
+	for i, ch := range m {
+		if ch != 'e' && ch != 'E' {
+			continue
+		}
+		e, neg := m[i+1:], false
+		if e[0] == '+' || e[0] == '-' {
+			neg, e = e[0] == '-', e[1:]
+		}
+		for _, d := range e {
+			if exp < 1<<40 { // saturate: f is then infinite or zero (short of a 2^40-digit mantissa)
+				exp = exp*10 + int64(d-'0')
+			}
+		}
+		if neg {
+			exp = -exp
+		}
+		m = m[:i]
+		break
+	}
+	// m is now the mantissa: digits with at most one '.'.
+	first, last, fracLen := -1, -1, 0
+	for i, ch := range m {
+		switch {
+		case ch == '.':
+			fracLen = len(m) - i - 1
+		case ch != '0':
+			if first < 0 {
+				first = i
+			}
+			last = i
 		}
 	}
-	readsAs := string(c.out[mark:])
-	c.out = c.out[:mark]
-	pos := c.pos
-	c.pos = start
-	msg := "integer " + quoteSnippet(lit) + " exceeds 2^53 and would lose precision"
-	if readsAs != "" && len(lit) <= 40 {
-		msg += " (it reads as " + readsAs + ")"
+	if first < 0 {
+		return true // zero; cannot happen for f >= 2^53
 	}
-	e := c.fail(ErrUnsafeInteger, msg+"; send it as a string")
-	c.pos = pos
-	return e
+	// The value is the significant digits m[first:last+1] times 10^k, where
+	// k = exp - fracLen + the zeros written after the last significant digit.
+	zeros := int64(len(m) - last - 1)
+	if fracLen > 0 && last < len(m)-fracLen-1 {
+		zeros-- // the '.' lies among them
+	}
+	if exp-int64(fracLen)+zeros < 0 {
+		return true // not an integer: rounds like any other fraction
+	}
+	var buf [32]byte
+	short := strconv.AppendFloat(buf[:0], f, 'e', -1, 64) // [-]d[.ddd]e±dd
+	if short[0] == '-' {
+		short = short[1:]
+	}
+	j := 0
+	for i := first; i <= last; i++ {
+		if m[i] == '.' {
+			continue
+		}
+		if j < len(short) && short[j] == '.' {
+			j++
+		}
+		if j >= len(short) || short[j] != m[i] {
+			return false
+		}
+		j++
+	}
+	return j == len(short) || short[j] == 'e'
+}
+
+// unsafeNumber refuses a literal beyond ±2^53 that denotes an integer its
+// double f cannot hold; finite says whether f is a double at all, and so has a
+// canonical form that could be sent instead.
+func (c *canonicalizer) unsafeNumber(lit []byte, isInt bool, f float64, finite bool) error {
+	var msg string
+	if isInt {
+		msg = "integer " + quoteSnippet(lit) + " exceeds 2^53 and would lose precision"
+	} else {
+		msg = "number " + quoteSnippet(lit) + " denotes an integer beyond 2^53 and would lose precision"
+	}
+	if !finite {
+		return c.fail(ErrUnsafeInteger, msg+"; send it as a string")
+	}
+	var buf [32]byte
+	readsAs := string(appendES6Number(buf[:0], f))
+	return c.fail(ErrUnsafeInteger, msg+" (it reads as "+readsAs+"); send it as a string, or as "+readsAs+" if that value is meant")
 }
 
 // appendPlainDecimal writes a decimal literal without exponent (such as

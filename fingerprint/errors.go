@@ -10,16 +10,21 @@ import (
 // Sentinel errors, one per kind of rejected input. Every error returned by this
 // package wraps exactly one of them; match with errors.Is.
 var (
-	ErrInvalidType        = errors.New("fingerprint: invalid job type")
-	ErrInvalidJSON        = errors.New("fingerprint: invalid JSON")
-	ErrDuplicateName      = errors.New("fingerprint: duplicate member name")
-	ErrInvalidUTF8        = errors.New("fingerprint: invalid UTF-8")
-	ErrLoneSurrogate      = errors.New("fingerprint: lone surrogate")
-	ErrNonFinite          = errors.New("fingerprint: number is not finite")
+	ErrInvalidType   = errors.New("fingerprint: invalid job type")
+	ErrInvalidJSON   = errors.New("fingerprint: invalid JSON") // also a leading byte order mark
+	ErrDuplicateName = errors.New("fingerprint: duplicate member name")
+	ErrInvalidUTF8   = errors.New("fingerprint: invalid UTF-8")
+	ErrLoneSurrogate = errors.New("fingerprint: lone surrogate")
+	// ErrNoncharacter: U+FDD0-U+FDEF or U+xFFFE/U+xFFFF, raw or escaped.
+	ErrNoncharacter = errors.New("fingerprint: noncharacter")
+	ErrNonFinite    = errors.New("fingerprint: number is not finite")
+	// ErrUnsafeInteger: a number whose value is an integer beyond ±2^53, in
+	// any form (9007199254740993, 9007199254740993.0, 9.007199254740993e15),
+	// that is not spelled with its double's shortest digits.
 	ErrUnsafeInteger      = errors.New("fingerprint: integer beyond 2^53")
 	ErrMissingKeyField    = errors.New("fingerprint: missing key field")
 	ErrKeyFieldsNotObject = errors.New("fingerprint: key fields need an object")
-	ErrTooDeep            = errors.New("fingerprint: nesting too deep")
+	ErrTooDeep            = errors.New("fingerprint: nesting too deep") // more than MaxDepth levels
 )
 
 // kindCodes are the stable names of the error kinds, as used in the published
@@ -33,6 +38,7 @@ var kindCodes = []struct {
 	{ErrDuplicateName, "duplicate_name"},
 	{ErrInvalidUTF8, "invalid_utf8"},
 	{ErrLoneSurrogate, "lone_surrogate"},
+	{ErrNoncharacter, "noncharacter"},
 	{ErrNonFinite, "non_finite"},
 	{ErrUnsafeInteger, "unsafe_integer"},
 	{ErrMissingKeyField, "missing_key_field"},

@@ -28,12 +28,21 @@ func ExampleNewScheme_keyFields() {
 }
 
 func ExampleFromJSON_unsafeInteger() {
+	// 2^53+1 cannot be held by a double: it would read as 2^53 and collide.
 	_, err := fingerprint.FromJSON("notify", []byte(`{"user":{"id":9007199254740993}}`))
 	fmt.Println(errors.Is(err, fingerprint.ErrUnsafeInteger))
 	fmt.Println(err)
+	// The rule is about the value, whatever the spelling.
+	_, err = fingerprint.FromJSON("notify", []byte(`{"user":{"id":9.007199254740993e15}}`))
+	fmt.Println(err)
+	// Spelled with the shortest digits of its double, a large integer passes.
+	canon, _ := fingerprint.Canonicalize([]byte(`[9007199254740994,1000000000000000000000]`))
+	fmt.Println(string(canon))
 	// Output:
 	// true
-	// args.user.id: integer 9007199254740993 exceeds 2^53 and would lose precision (it reads as 9007199254740992); send it as a string
+	// args.user.id: integer 9007199254740993 exceeds 2^53 and would lose precision (it reads as 9007199254740992); send it as a string, or as 9007199254740992 if that value is meant
+	// args.user.id: number 9.007199254740993e15 denotes an integer beyond 2^53 and would lose precision (it reads as 9007199254740992); send it as a string, or as 9007199254740992 if that value is meant
+	// [9007199254740994,1e+21]
 }
 
 func ExampleCanonicalize() {

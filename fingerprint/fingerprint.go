@@ -5,10 +5,25 @@
 //	fp1(type, args) = lowercase hex( SHA-256( "fp1" LF type LF JCS(args) ) )
 //
 // Args must be I-JSON (RFC 7493): unique member names, valid UTF-8, no lone
-// surrogates, finite numbers. Integer literals beyond ±2^53 are refused too,
-// because they would round to a neighbour and collide; send such ids as
-// strings. Rejected input returns an *Error naming the JSON path, wrapping one
-// of the sentinel errors. Nothing is silently normalised.
+// surrogates, no noncharacters (U+FDD0-U+FDEF and U+xFFFE, U+xFFFF in every
+// plane, raw or \u-escaped, in names and values), finite numbers. A leading
+// byte order mark is not JSON and is refused as invalid JSON. Arrays and
+// objects may nest MaxDepth (1000) levels deep, the outermost being level 1;
+// deeper input is refused.
+//
+// Numbers beyond 2^53: a number whose value is an integer of magnitude above
+// 2^53, whatever its spelling (9007199254740993, 9007199254740993.0,
+// 9.007199254740993e15), is accepted only when its significant digits (leading
+// and trailing zeros dropped, decimal point ignored) are exactly the shortest
+// round-trip digits of the double it denotes, as for 9007199254740994, 1e20,
+// 100000000000000000000, 1000000000000000000000 (canonically 1e+21) or 1.5e300.
+// Any other such number would round to a double that a different integer also
+// names, and the two would collide; it is refused with ErrUnsafeInteger (send
+// such ids as strings). Numbers whose value is not an integer, such as
+// 9007199254740993.5 or 0.1, round to the nearest double as usual.
+//
+// Rejected input returns an *Error naming the JSON path, wrapping one of the
+// sentinel errors. Nothing is silently normalised.
 //
 // The test vectors in testdata/fp1-vectors.json are the cross-language
 // contract: an implementation in another language is correct when it matches

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,6 +38,18 @@ func TestCanonicalizeRFC8785Examples(t *testing.T) {
 		{name: "ES6 number forms", in: `[1.0,1e21,1e20,1e-7,0.000001,1E2,4.50,-1.5e-10,2.5e+25]`, want: `[1,1e+21,100000000000000000000,1e-7,0.000001,100,4.5,-1.5e-10,2.5e+25]`},
 		{name: "2^53 is accepted", in: `[9007199254740992,-9007199254740992]`, want: `[9007199254740992,-9007199254740992]`},
 		{name: "integers beyond 2^53 in canonical form are accepted", in: `[100000000000000000000,9007199254740994]`, want: `[100000000000000000000,9007199254740994]`},
+		// Beyond 2^53 an integer is accepted in any form whose significant
+		// digits are the shortest round-trip digits of its double.
+		{name: "2^53 with a fraction or exponent", in: `[9007199254740992.0,9.007199254740992e15,-9007199254740992e0]`, want: `[9007199254740992,9007199254740992,-9007199254740992]`},
+		{name: "shortest digits in other forms", in: `[1e20,1.5e300,9007199254740994.000,9007199254740994000e-3,0.9007199254740994e16]`, want: `[100000000000000000000,1.5e+300,9007199254740994,9007199254740994,9007199254740994]`},
+		{name: "2^60 with its shortest digits", in: `[1152921504606847000,1.152921504606847e18]`, want: `[1152921504606847000,1152921504606847000]`},
+		{name: "1e21 written out is exact", in: `[1000000000000000000000,-1000000000000000000000]`, want: `[1e+21,-1e+21]`},
+		{name: "integer literals beyond 1e21 with shortest digits", in: `[123000000000000000000000,100000000000000000000000]`, want: `[1.23e+23,1e+23]`},
+		{name: "non-integers beyond 2^53 round as usual", in: `[9007199254740993.5,12345678901234567.89,0.1,1.25e-3]`, want: `[9007199254740994,12345678901234568,0.1,0.00125]`},
+		{name: "noncharacter neighbours raw", in: "[\"\ufdcf\ufdf0\ufffd\ufeff\U0001fffd\U0010fffd\"]", want: "[\"\ufdcf\ufdf0\ufffd\ufeff\U0001fffd\U0010fffd\"]"},
+		{name: "noncharacter neighbours escaped", in: `{"\ufdcf":"\uFDF0\ufffd\ufeff\ud83f\udffd\udbff\udffd"}`, want: "{\"\ufdcf\":\"\ufdf0\ufffd\ufeff\U0001fffd\U0010fffd\"}"},
+		{name: "nesting at MaxDepth", in: strings.Repeat("[", fingerprint.MaxDepth) + "1" + strings.Repeat("]", fingerprint.MaxDepth), want: strings.Repeat("[", fingerprint.MaxDepth) + "1" + strings.Repeat("]", fingerprint.MaxDepth)},
+		{name: "objects nested at MaxDepth", in: strings.Repeat(`{"a":`, fingerprint.MaxDepth-1) + "{}" + strings.Repeat("}", fingerprint.MaxDepth-1), want: strings.Repeat(`{"a":`, fingerprint.MaxDepth-1) + "{}" + strings.Repeat("}", fingerprint.MaxDepth-1)},
 		{name: "underflow to zero", in: `[1e-400]`, want: `[0]`},
 		{name: "minimal escapes", in: `"\u0041\/\u2028\u007f\ud83d\ude00\t\u001f"`, want: "\"A/\u2028\u007f😀\\t\\u001f\""},
 		{name: "top-level scalar", in: ` true `, want: `true`},
@@ -66,12 +79,43 @@ func TestFromJSONRejects(t *testing.T) {
 		msg       string // the whole Error() text
 	}{
 		{"unsafe integer names its path", "t", `{"user":{"id":9007199254740993}}`, nil, fingerprint.ErrUnsafeInteger,
-			"args.user.id: integer 9007199254740993 exceeds 2^53 and would lose precision (it reads as 9007199254740992); send it as a string"},
+			"args.user.id: integer 9007199254740993 exceeds 2^53 and would lose precision (it reads as 9007199254740992); send it as a string, or as 9007199254740992 if that value is meant"},
 		{"negative unsafe integer in array", "t", `{"ids":[1,-9007199254740993]}`, nil, fingerprint.ErrUnsafeInteger,
-			"args.ids[1]: integer -9007199254740993 exceeds 2^53 and would lose precision (it reads as -9007199254740992); send it as a string"},
-		{"1e21 written out", "t", `1000000000000000000000`, nil, fingerprint.ErrUnsafeInteger, ""},
+			"args.ids[1]: integer -9007199254740993 exceeds 2^53 and would lose precision (it reads as -9007199254740992); send it as a string, or as -9007199254740992 if that value is meant"},
 		{"twenty digits", "t", `12345678901234567890`, nil, fingerprint.ErrUnsafeInteger,
-			"args: integer 12345678901234567890 exceeds 2^53 and would lose precision (it reads as 12345678901234567000); send it as a string"},
+			"args: integer 12345678901234567890 exceeds 2^53 and would lose precision (it reads as 12345678901234567000); send it as a string, or as 12345678901234567000 if that value is meant"},
+		{"2^60 written exactly", "t", `[1152921504606846976]`, nil, fingerprint.ErrUnsafeInteger,
+			"args[0]: integer 1152921504606846976 exceeds 2^53 and would lose precision (it reads as 1152921504606847000); send it as a string, or as 1152921504606847000 if that value is meant"},
+		{"integer overflowing a double", "t", "1" + strings.Repeat("0", 400), nil, fingerprint.ErrUnsafeInteger,
+			"args: integer 1000000000000000000000000000000000000000… exceeds 2^53 and would lose precision; send it as a string"},
+		{"2^53+1 with a fraction", "t", `{"id":9007199254740993.0}`, nil, fingerprint.ErrUnsafeInteger,
+			"args.id: number 9007199254740993.0 denotes an integer beyond 2^53 and would lose precision (it reads as 9007199254740992); send it as a string, or as 9007199254740992 if that value is meant"},
+		{"2^53+1 in exponent form", "t", `[9.007199254740993e15]`, nil, fingerprint.ErrUnsafeInteger,
+			"args[0]: number 9.007199254740993e15 denotes an integer beyond 2^53 and would lose precision (it reads as 9007199254740992); send it as a string, or as 9007199254740992 if that value is meant"},
+		{"-(2^53+1) with leading zeros and exponent", "t", `[-0.0009007199254740993E+19]`, nil, fingerprint.ErrUnsafeInteger,
+			"args[0]: number -0.0009007199254740993E+19 denotes an integer beyond 2^53 and would lose precision (it reads as -9007199254740992); send it as a string, or as -9007199254740992 if that value is meant"},
+		{"2^53+1 with a negative exponent", "t", `[90071992547409930e-1]`, nil, fingerprint.ErrUnsafeInteger,
+			"args[0]: number 90071992547409930e-1 denotes an integer beyond 2^53 and would lose precision (it reads as 9007199254740992); send it as a string, or as 9007199254740992 if that value is meant"},
+		{"17 digits where 16 are shortest", "t", `9.9999999999999992e22`, nil, fingerprint.ErrUnsafeInteger,
+			"args: number 9.9999999999999992e22 denotes an integer beyond 2^53 and would lose precision (it reads as 1e+23); send it as a string, or as 1e+23 if that value is meant"},
+		{"rounds to the largest double", "t", `1.7976931348623158e308`, nil, fingerprint.ErrUnsafeInteger,
+			"args: number 1.7976931348623158e308 denotes an integer beyond 2^53 and would lose precision (it reads as 1.7976931348623157e+308); send it as a string, or as 1.7976931348623157e+308 if that value is meant"},
+		{"noncharacter raw in a value", "t", "{\"s\":\"a\ufffeb\"}", nil, fingerprint.ErrNoncharacter,
+			"args.s: noncharacter U+FFFE at byte 7 in a string; I-JSON (RFC 7493) forbids noncharacters: remove it, or send binary data as base64"},
+		{"noncharacter escaped in a value", "t", `{"s":["\uFDD0"]}`, nil, fingerprint.ErrNoncharacter,
+			`args.s[0]: noncharacter U+FDD0 (\uFDD0) at byte 7 in a string; I-JSON (RFC 7493) forbids noncharacters: remove it, or send binary data as base64`},
+		{"noncharacter escaped as a surrogate pair", "t", `["\ud83f\udfff"]`, nil, fingerprint.ErrNoncharacter,
+			`args[0]: noncharacter U+1FFFF (\ud83f\udfff) at byte 2 in a string; I-JSON (RFC 7493) forbids noncharacters: remove it, or send binary data as base64`},
+		{"noncharacter raw in a name", "t", "{\"a\":{\"\U0010ffff\":1}}", nil, fingerprint.ErrNoncharacter,
+			"args.a: noncharacter U+10FFFF at byte 7 in a string; I-JSON (RFC 7493) forbids noncharacters: remove it, or send binary data as base64"},
+		{"noncharacter escaped in a name", "t", `{"x\ufdef":1}`, nil, fingerprint.ErrNoncharacter,
+			`args: noncharacter U+FDEF (\ufdef) at byte 3 in a string; I-JSON (RFC 7493) forbids noncharacters: remove it, or send binary data as base64`},
+		{"noncharacter U+FFFF raw", "t", "\"\uffff\"", nil, fingerprint.ErrNoncharacter, ""},
+		{"noncharacter U+2FFFE raw", "t", "\"\U0002fffe\"", nil, fingerprint.ErrNoncharacter, ""},
+		{"noncharacter U+10FFFE escaped", "t", `"\uDBFF\uDFFE"`, nil, fingerprint.ErrNoncharacter, ""},
+		{"noncharacter outside the key fields is still refused", "t", `{"tenant_id":1,"n":"\uffff"}`, []string{"tenant_id"}, fingerprint.ErrNoncharacter, ""},
+		{"leading byte order mark", "t", "\ufeff{}", nil, fingerprint.ErrInvalidJSON,
+			`args: invalid JSON at byte 0: expected a value, found '\u00ef'`},
 		{"duplicate name", "t", `{"a":{"b":[1,{"c":1,"c":2}]}}`, nil, fingerprint.ErrDuplicateName,
 			`args.a.b[1].c: duplicate member name "c"; names must be unique (I-JSON)`},
 		{"duplicate after unescaping", "t", `{"\u0061":1,"a":2}`, nil, fingerprint.ErrDuplicateName,
@@ -98,7 +142,10 @@ func TestFromJSONRejects(t *testing.T) {
 		{"empty", "t", ``, nil, fingerprint.ErrInvalidJSON, "args: invalid JSON at byte 0: empty input, expected a JSON value"},
 		{"raw control character", "t", "[\"a\nb\"]", nil, fingerprint.ErrInvalidJSON, ""},
 		{"bad escape", "t", `["\x41"]`, nil, fingerprint.ErrInvalidJSON, ""},
-		{"too deep", "t", strings.Repeat("[", fingerprint.MaxDepth+1) + strings.Repeat("]", fingerprint.MaxDepth+1), nil, fingerprint.ErrTooDeep, ""},
+		{"too deep", "t", strings.Repeat("[", fingerprint.MaxDepth+1) + strings.Repeat("]", fingerprint.MaxDepth+1), nil, fingerprint.ErrTooDeep,
+			"args[0][0][0][0][0][0][0][0][0][0][0][0]…(976 more)…[0][0][0][0][0][0][0][0][0][0][0][0]: arrays and objects nest deeper than 1000 levels"},
+		{"objects too deep", "t", strings.Repeat(`{"a":`, fingerprint.MaxDepth) + "{}" + strings.Repeat("}", fingerprint.MaxDepth), nil, fingerprint.ErrTooDeep, ""},
+		{"too deep below the selected key field", "t", `{"tenant_id":1,"x":` + strings.Repeat("[", fingerprint.MaxDepth) + strings.Repeat("]", fingerprint.MaxDepth) + "}", []string{"tenant_id"}, fingerprint.ErrTooDeep, ""},
 		{"empty type", "", `{}`, nil, fingerprint.ErrInvalidType,
 			"type: empty; a job type is 1-128 characters of A-Z a-z 0-9 _ . : - starting with a letter or digit"},
 		{"type starts with a dash", "-x", `{}`, nil, fingerprint.ErrInvalidType, ""},
@@ -253,6 +300,13 @@ func TestOfGoValues(t *testing.T) {
 	if _, err := fingerprint.Of("sync", map[string]uint64{"id": 1 << 60}); !errors.Is(err, fingerprint.ErrUnsafeInteger) {
 		t.Errorf("uint64 1<<60: err = %v, want ErrUnsafeInteger", err)
 	}
+	// The same value as a float64 is written with its shortest digits.
+	if _, err := fingerprint.Of("sync", map[string]float64{"id": 1 << 60, "big": 1e21}); err != nil {
+		t.Errorf("float64 1<<60 and 1e21: %v", err)
+	}
+	if _, err := fingerprint.Of("sync", []string{"ok", "\uFFFE"}); !errors.Is(err, fingerprint.ErrNoncharacter) {
+		t.Errorf("noncharacter in a Go string: err = %v, want ErrNoncharacter", err)
+	}
 }
 
 func nan() float64 { var z float64; return z / z }
@@ -263,8 +317,9 @@ func TestAgainstLibraries(t *testing.T) {
 	t.Parallel()
 	docs := []string{
 		`{"numbers":[333333333.33333329,1E30,4.50,2e-3,0.000000000000000000000000001,-0,5e-324,1.7976931348623157e308]}`,
-		`{"\ue000":1,"\ud83d\ude00":2,"\u0080":3,"a":{"\uffff":[],"\ud800\udc00":{}}}`,
+		`{"\ue000":1,"\ud83d\ude00":2,"\u0080":3,"a":{"\ufffd":[],"\ud800\udc00":{},"\ufdcf":0,"\ufdf0":0}}`,
 		`["\u0000\u001f\u007f\u2028\"\\\/", 0.1, 1e21, 1e-7, 1.2345678901234568e20]`,
+		`[1000000000000000000000,9007199254740992.0,9.007199254740994e15,1.5e300,1152921504606847000,123000000000000000000000,9007199254740993.5]`,
 		`{"z":{"y":{"x":[{"b":1,"a":2},{"d":[3,{"f":4,"e":5}]}]}}}`,
 	}
 	for _, d := range docs {
@@ -292,6 +347,7 @@ func TestAgainstLibraries(t *testing.T) {
 // vectorFile is the shape of testdata/fp1-vectors.json.
 type vectorFile struct {
 	Spec       string   `json:"spec"`
+	Version    int      `json:"version"`
 	ErrorKinds []string `json:"error_kinds"`
 	Vectors    []struct {
 		Name        string   `json:"name"`
@@ -315,8 +371,12 @@ func TestVectors(t *testing.T) {
 	if err := json.Unmarshal(raw, &vf); err != nil {
 		t.Fatalf("testdata/fp1-vectors.json: %v", err)
 	}
-	if vf.Spec != "fp1" || len(vf.Vectors) < 40 {
-		t.Fatalf("vector file: spec %q with %d vectors, want fp1 with at least 40", vf.Spec, len(vf.Vectors))
+	if vf.Spec != "fp1" || vf.Version != 2 || len(vf.Vectors) < 40 {
+		t.Fatalf("vector file: spec %q version %d with %d vectors, want fp1 version 2 with at least 40", vf.Spec, vf.Version, len(vf.Vectors))
+	}
+	// The published kinds are exactly the kinds this package can return.
+	if want := fingerprint.KindCodes(); !slices.Equal(vf.ErrorKinds, want) {
+		t.Errorf("vector file error_kinds %v, want %v", vf.ErrorKinds, want)
 	}
 	kinds := map[string]int{}
 	for _, v := range vf.Vectors {

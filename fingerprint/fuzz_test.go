@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
+	"math/big"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -23,12 +27,20 @@ var fuzzSeeds = []string{
 	`"\ud83d\ude00"`,
 	`{"a":1,"a":2}`,
 	`[9007199254740993]`,
+	`[9007199254740993.0,9.007199254740993e15,9007199254740992.0,1000000000000000000000,1.5e300,9007199254740993.5]`,
+	"[\"\ufffe\",\"\ufdd0\",\"\U0010ffff\",\"\ufdcf\ufdf0\ufffd\"]",
+	`{"\uffff":1,"\ud83f\udffe":["\uFDEF"]}`,
+	"\ufeff{}",
 	`[1e400]`,
 	"[\"\xff\"]",
 	`["\ud800"]`,
 	`{"a":[1,2`,
 	` null `,
 }
+
+// oracleTolerates are the error codes for input jsontext accepts: rules fp1
+// adds to RFC 8785 that the oracle does not enforce.
+var oracleTolerates = map[string]bool{"unsafe_integer": true, "non_finite": true, "too_deep": true, "noncharacter": true}
 
 // FuzzCanonicalFixedPoint: the canonical form canonicalizes to itself, has the
 // same fingerprint as the input, and matches jsontext (an independent RFC 8785
@@ -46,11 +58,19 @@ func FuzzCanonicalFixedPoint(f *testing.F) {
 			if code == "" {
 				t.Fatalf("error without a kind: %v", err)
 			}
-			// Only our extra I-JSON checks may refuse what jsontext accepts.
-			if oracleErr == nil && code != "unsafe_integer" && code != "non_finite" && code != "too_deep" {
+			// Only our extra checks may refuse what jsontext accepts: numbers
+			// beyond 2^53 that would collide, overflow, nesting depth and the
+			// I-JSON noncharacters, none of which jsontext enforces.
+			if oracleErr == nil && !oracleTolerates[code] {
 				t.Fatalf("we refuse %q (%v) but jsontext accepts it as %s", in, err, oracle)
 			}
+			if oracleErr == nil && code == "noncharacter" && !hasNoncharacter(oracle) {
+				t.Fatalf("we refuse %q (%v) but jsontext's %s has no noncharacter", in, err, oracle)
+			}
 			return
+		}
+		if hasNoncharacter(canon) {
+			t.Fatalf("we accept %q with a noncharacter: %s", in, canon)
 		}
 		if oracleErr != nil {
 			t.Fatalf("we accept %q as %s but jsontext refuses it: %v", in, canon, oracleErr)
@@ -69,6 +89,70 @@ func FuzzCanonicalFixedPoint(f *testing.F) {
 		}
 	})
 }
+
+// hasNoncharacter reports whether canonical JSON (all strings raw UTF-8) holds
+// a noncharacter: U+FDD0-U+FDEF, U+xFFFE, U+xFFFF.
+func hasNoncharacter(b []byte) bool {
+	for _, r := range string(b) {
+		if r >= 0xFDD0 && r <= 0xFDEF || r&0xFFFE == 0xFFFE {
+			return true
+		}
+	}
+	return false
+}
+
+// FuzzNumberRule checks the rule for numbers beyond 2^53 against math/big: a
+// literal whose exact value is an integer above 2^53 in magnitude passes only
+// when its significant digits are the shortest round-trip digits of its
+// double; every other finite number passes.
+func FuzzNumberRule(f *testing.F) {
+	for _, s := range []string{"9007199254740993", "9007199254740993.0", "9.007199254740993e15", "9007199254740992.0",
+		"1e20", "1.5e300", "1152921504606847000", "1000000000000000000000", "123000000000000000000000",
+		"9007199254740993.5", "0.0009007199254740993e19", "90071992547409930e-1", "-1.7976931348623158e308", "1e23", "0.1"} {
+		f.Add(s)
+	}
+	twoTo53 := new(big.Int).Lsh(big.NewInt(1), 53)
+	f.Fuzz(func(t *testing.T, lit string) {
+		m := jsonNumber.FindStringSubmatch(lit)
+		if m == nil || len(lit) > 400 {
+			return
+		}
+		if e, _ := strconv.Atoi(m[3]); len(m[3]) > 4 || e > 400 || e < -400 {
+			return // keep big.Rat small
+		}
+		canon, err := fingerprint.Canonicalize([]byte(lit))
+		fl, perr := strconv.ParseFloat(lit, 64)
+		if perr != nil {
+			if code := fingerprint.Code(err); code != "non_finite" && code != "unsafe_integer" {
+				t.Fatalf("%s overflows, got %q (%v)", lit, canon, err)
+			}
+			return
+		}
+		r, ok := new(big.Rat).SetString(lit)
+		if !ok {
+			t.Fatalf("big.Rat refuses %s", lit)
+		}
+		subject := r.IsInt() && new(big.Int).Abs(r.Num()).Cmp(twoTo53) > 0
+		digits := strings.Trim(strings.ReplaceAll(strings.TrimPrefix(m[1], "-"), ".", ""), "0")
+		short := strconv.FormatFloat(math.Abs(fl), 'e', -1, 64)
+		short = strings.ReplaceAll(short[:strings.IndexByte(short, 'e')], ".", "")
+		if subject && digits != short {
+			if !errors.Is(err, fingerprint.ErrUnsafeInteger) {
+				t.Fatalf("%s is an integer beyond 2^53 without its shortest digits %s; got %s (%v)", lit, short, canon, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s refused: %v", lit, err)
+		}
+		if want, _ := json.Marshal(fl); fl != 0 && math.Abs(fl) < 1e21 && string(canon) != string(want) {
+			t.Fatalf("%s canonical %s, want %s", lit, canon, want)
+		}
+	})
+}
+
+// jsonNumber matches a JSON number: mantissa, fraction, exponent digits.
+var jsonNumber = regexp.MustCompile(`^(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?)(?:[eE]([+-]?)([0-9]+))?$`)
 
 // FuzzPermutedMembers: reordering members, re-escaping strings and adding
 // whitespace never changes the fingerprint.

@@ -3,7 +3,17 @@
 //   fp1(type, args) = lowercase hex( SHA-256( "fp1" LF type LF JCS(args) ) )
 //
 // JCS is RFC 8785. args must be I-JSON (RFC 7493); this file does its own strict
-// parsing so that every rejection has a well-defined error kind.
+// parsing so that every rejection has a well-defined error kind. Besides the
+// I-JSON rules (unique names, valid UTF-8, no lone surrogates, no
+// noncharacters, finite numbers) fp1 refuses:
+//   - nesting deeper than MAX_DEPTH arrays/objects (the outermost is level 1);
+//   - a number whose exact value is an integer beyond 2^53 in magnitude, in
+//     any form (9007199254740993, 9007199254740993.0, 9.007199254740993e15),
+//     unless its significant digits (leading and trailing zeros dropped, the
+//     decimal point ignored) are exactly the shortest round-trip digits of the
+//     double it denotes (9007199254740994, 1e20, 1000000000000000000000,
+//     1.5e300). Any other such literal rounds to a double that another integer
+//     names too, and would collide with it. Non-integers are not affected.
 
 import { createHash } from 'node:crypto';
 
@@ -13,11 +23,15 @@ export const ERROR_KINDS = [
   'duplicate_name',
   'invalid_utf8',
   'lone_surrogate',
+  'noncharacter',
   'non_finite',
   'unsafe_integer',
   'missing_key_field',
   'key_fields_not_object',
+  'too_deep',
 ];
+
+export const MAX_DEPTH = 1000; // arrays and objects; 1000 levels pass, 1001 do not
 
 export class Fp1Error extends Error {
   constructor(kind, message) {
@@ -27,8 +41,12 @@ export class Fp1Error extends Error {
 }
 
 const TYPE_RE = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
-const MAX_SAFE_MAGNITUDE = 2n ** 53n; // 9007199254740992 itself is allowed
-const NUMBER_RE = /-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/y;
+const TWO_TO_53 = 2 ** 53;
+const NUMBER_RE = /-?(0|[1-9][0-9]*)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?/y;
+
+// Noncharacters (RFC 7493 section 2.1): U+FDD0..U+FDEF and U+xFFFE, U+xFFFF.
+export const isNoncharacter = (cp) => (cp >= 0xfdd0 && cp <= 0xfdef) || (cp & 0xfffe) === 0xfffe;
+const hexCp = (cp) => 'U+' + cp.toString(16).toUpperCase().padStart(4, '0');
 const HEX4_RE = /^[0-9A-Fa-f]{4}$/;
 const SHORT_ESCAPES = { '"': '"', '\\': '\\', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
 
@@ -48,6 +66,7 @@ export function parseIJson(bytes) {
   }
 
   let i = 0;
+  let depth = 0;
   const fail = (kind, msg) => {
     throw new Fp1Error(kind, `${msg} at offset ${i} (UTF-16 units)`);
   };
@@ -75,12 +94,18 @@ export function parseIJson(bytes) {
     return fail('invalid_json', 'expected a JSON value');
   }
 
+  const enter = () => {
+    if (++depth > MAX_DEPTH) fail('too_deep', `arrays and objects nest deeper than ${MAX_DEPTH} levels`);
+  };
+
   function object() {
+    enter();
     expect('{');
     const members = new Map();
     ws();
     if (text[i] === '}') {
       i++;
+      depth--;
       return members;
     }
     for (;;) {
@@ -94,16 +119,19 @@ export function parseIJson(bytes) {
       ws();
       if (text[i] === ',') { i++; continue; }
       expect('}');
+      depth--;
       return members;
     }
   }
 
   function array() {
+    enter();
     expect('[');
     const items = [];
     ws();
     if (text[i] === ']') {
       i++;
+      depth--;
       return items;
     }
     for (;;) {
@@ -111,6 +139,7 @@ export function parseIJson(bytes) {
       ws();
       if (text[i] === ',') { i++; continue; }
       expect(']');
+      depth--;
       return items;
     }
   }
@@ -130,7 +159,14 @@ export function parseIJson(bytes) {
       const c = text[i];
       if (c === '"') { i++; return out; }
       if (c < ' ') fail('invalid_json', 'raw control character in string');
-      if (c !== '\\') { out += c; i++; continue; } // raw text is valid UTF-8, hence well-formed UTF-16
+      if (c !== '\\') { // raw text is valid UTF-8, hence well-formed UTF-16
+        const cp = text.codePointAt(i);
+        if (isNoncharacter(cp)) fail('noncharacter', `noncharacter ${hexCp(cp)} in a string`);
+        const n = cp > 0xffff ? 2 : 1;
+        out += text.slice(i, i + n);
+        i += n;
+        continue;
+      }
       i++;
       const e = text[i];
       if (e in SHORT_ESCAPES) { out += SHORT_ESCAPES[e]; i++; continue; }
@@ -144,9 +180,12 @@ export function parseIJson(bytes) {
         i += 2;
         const lo = hex4();
         if (lo < 0xdc00 || lo > 0xdfff) fail('lone_surrogate', 'high surrogate escape not followed by low surrogate');
+        const cp = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
+        if (isNoncharacter(cp)) fail('noncharacter', `noncharacter ${hexCp(cp)} escaped in a string`);
         out += String.fromCharCode(u, lo);
         continue;
       }
+      if (isNoncharacter(u)) fail('noncharacter', `noncharacter ${hexCp(u)} escaped in a string`);
       out += String.fromCharCode(u);
     }
   }
@@ -155,19 +194,25 @@ export function parseIJson(bytes) {
     NUMBER_RE.lastIndex = i;
     const m = NUMBER_RE.exec(text);
     if (!m) fail('invalid_json', 'bad number');
-    const literal = m[0];
-    const isInteger = m[1] === undefined && m[2] === undefined;
-    if (isInteger) {
-      // Beyond 2^53 an integer literal is refused unless it is already the
-      // ECMAScript form of the double it denotes (e.g. 100000000000000000000,
-      // the canonical form of 1e20): anything else would round and collide.
-      const big = BigInt(literal);
-      if ((big < 0n ? -big : big) > MAX_SAFE_MAGNITUDE && JSON.stringify(Number(literal)) !== literal) {
-        fail('unsafe_integer', `integer ${literal} exceeds 2^53 and would read as ${JSON.stringify(Number(literal))}`);
-      }
+    const [literal, intPart, frac = '', exp] = m;
+    const isIntegerLiteral = m[2] === undefined && exp === undefined;
+    // A '.' or exponent without digits is malformed here, before any check
+    // of the value of the digits before it (as a single-pass parser sees it).
+    const next = text[i + literal.length];
+    if ((next === '.' && m[2] === undefined) || ((next === 'e' || next === 'E') && exp === undefined)) {
+      fail('invalid_json', 'bad number');
     }
     const v = Number(literal); // correctly rounded decimal -> double
-    if (!Number.isFinite(v)) fail('non_finite', `number ${literal} overflows to infinity`);
+    if (!Number.isFinite(v)) {
+      // An integer literal too large for a double is an unsafe integer, like
+      // any other beyond 2^53; a fraction or exponent form overflows.
+      if (isIntegerLiteral) fail('unsafe_integer', `integer ${literal} exceeds 2^53 and overflows a double`);
+      fail('non_finite', `number ${literal} overflows to infinity`);
+    }
+    if (Math.abs(v) >= TWO_TO_53 && !shortestIntegerDigits(intPart, frac, exp, v)) {
+      const what = isIntegerLiteral ? `integer ${literal} exceeds 2^53` : `number ${literal} denotes an integer beyond 2^53`;
+      fail('unsafe_integer', `${what} and would read as ${JSON.stringify(v)}`);
+    }
     i += literal.length;
     return v;
   }
@@ -176,6 +221,24 @@ export function parseIJson(bytes) {
   ws();
   if (i !== text.length) fail('invalid_json', 'trailing data after JSON value');
   return v;
+}
+
+// The rule for numbers beyond 2^53, for a literal whose double v is at least
+// 2^53 in magnitude (no value below 2^53 can round to one, so smaller doubles
+// need no check): true when the literal's exact value is not an integer, or
+// when its significant digits are exactly v's shortest round-trip digits.
+function shortestIntegerDigits(intPart, frac, exp, v) {
+  const mantissa = intPart + frac;
+  const sig = mantissa.replace(/^0+/, '').replace(/0+$/, '');
+  if (sig === '') return true; // zero
+  const trailingZeros = mantissa.length - mantissa.replace(/0+$/, '').length;
+  // exact value = sig * 10^k; exponents here are small enough for a Number
+  const k = (exp === undefined ? 0 : parseInt(exp, 10)) - frac.length + trailingZeros;
+  if (k < 0) return true; // not an integer
+  // Number::toString gives the shortest round-trip digits (the closest such
+  // when several are equally short), padded with zeros below 1e21.
+  const shortest = String(Math.abs(v)).split('e')[0].replace('.', '').replace(/0+$/, '');
+  return sig === shortest;
 }
 
 // ---------------------------------------------------------------------------

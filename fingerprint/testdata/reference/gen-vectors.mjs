@@ -2,7 +2,7 @@
 // Usage: node gen-vectors.mjs   (exits non-zero if any assertion fails)
 
 import { writeFileSync } from 'node:fs';
-import { fp1, jcs, ERROR_KINDS } from './fp1.mjs';
+import { fp1, jcs, ERROR_KINDS, MAX_DEPTH, isNoncharacter } from './fp1.mjs';
 
 const j = String.raw; // JSON text written with literal backslashes
 const bytes = (...parts) =>
@@ -41,6 +41,23 @@ ok('deep nesting: 100 arrays', 't', '['.repeat(100) + '1' + ']'.repeat(100), { c
   let t = '0', c = '0';
   for (let d = 0; d < 50; d++) { t = `{"z":${t},"a":${d}}`; c = `{"a":${d},"z":${c}}`; }
   ok('deep nesting: 50 objects, sorted at each level', 't', t, { canonical: c });
+}
+
+// --- nesting depth: the outermost array or object is level 1; scalars add none -----
+{
+  const arrays = (n, inner = '') => '['.repeat(n) + inner + ']'.repeat(n);
+  const objects = (n) => '{"a":'.repeat(n - 1) + '{}' + '}'.repeat(n - 1);
+  const mixed = (n) => '[{"a":'.repeat(n / 2 - 1) + '[{}]' + '}]'.repeat(n / 2 - 1);
+  ok(`nesting depth: ${MAX_DEPTH} arrays (the limit)`, 't', arrays(MAX_DEPTH), { canonical: arrays(MAX_DEPTH) });
+  ok(`nesting depth: ${MAX_DEPTH} arrays around a number`, 't', arrays(MAX_DEPTH, '1'), { canonical: arrays(MAX_DEPTH, '1') });
+  ok(`nesting depth: ${MAX_DEPTH} objects (the limit)`, 't', objects(MAX_DEPTH), { canonical: objects(MAX_DEPTH) });
+  ok(`nesting depth: ${MAX_DEPTH} alternating arrays and objects`, 't', mixed(MAX_DEPTH), { canonical: mixed(MAX_DEPTH) });
+  err(`nesting depth: ${MAX_DEPTH + 1} arrays`, 't', arrays(MAX_DEPTH + 1), 'too_deep');
+  err(`nesting depth: ${MAX_DEPTH + 1} arrays around a number`, 't', arrays(MAX_DEPTH + 1, '1'), 'too_deep');
+  err(`nesting depth: ${MAX_DEPTH + 1} objects`, 't', objects(MAX_DEPTH + 1), 'too_deep');
+  err(`nesting depth: ${MAX_DEPTH + 2} alternating arrays and objects`, 't', mixed(MAX_DEPTH + 2), 'too_deep');
+  err(`nesting depth: ${MAX_DEPTH + 1} levels in an unselected member`, 't', `{"tenant_id":1,"x":${arrays(MAX_DEPTH)}}`, 'too_deep',
+    { key_fields: ['tenant_id'] });
 }
 
 // --- type ---------------------------------------------------------------------
@@ -90,12 +107,9 @@ ok('1e-7 boundary: 0.0000001', 't', '0.0000001', { canonical: '1e-7', same: '1e-
 ok('1e-7 boundary: 0.000001', 't', '0.000001', { canonical: '0.000001', same: '1e-6' });
 ok('1e-7 boundary: 1e-6', 't', '1e-6', { canonical: '0.000001', same: '1e-6' });
 ok('1e-7 boundary: 1.2345e-7 and 0.0000012345', 't', '[1.2345e-7,0.0000012345]', { canonical: '[1.2345e-7,0.0000012345]' });
-ok('2^53 exactly', 't', '9007199254740992', { canonical: '9007199254740992' });
+ok('2^53 exactly', 't', '9007199254740992', { canonical: '9007199254740992', same: '2^53' });
 ok('-2^53 exactly', 't', '-9007199254740992', { canonical: '-9007199254740992' });
-ok('2^53+1 with fraction is a double', 't', '9007199254740993.0', { canonical: '9007199254740992' });
-ok('2^53+1 with exponent is a double', 't', '9007199254740993e0', { canonical: '9007199254740992' });
 ok('large exponents', 't', '[1e308,-1.5e300,1e-300,2.5e-324]', { canonical: '[1e+308,-1.5e+300,1e-300,5e-324]' });
-ok('rounds down to largest double', 't', '1.7976931348623158e308', { canonical: '1.7976931348623157e+308' });
 ok('underflow to 0', 't', '1e-400', { canonical: '0' });
 ok('negative underflow to 0', 't', '[-1e-400,-2e-324]', { canonical: '[0,0]' });
 ok('RFC 8785 3.2.2 sample', 't',
@@ -146,11 +160,42 @@ err('unsafe integer: 2^53+1', 't', '9007199254740993', 'unsafe_integer');
 err('unsafe integer: -(2^53+1)', 't', '-9007199254740993', 'unsafe_integer');
 err('unsafe integer: 12345678901234567890', 't', '[12345678901234567890]', 'unsafe_integer');
 err('unsafe integer: nested 2^53+3', 't', '{"a":{"b":[9007199254740995]}}', 'unsafe_integer');
-err('unsafe integer: 1e21 written as an integer (its canonical form is 1e+21)', 't', '1000000000000000000000', 'unsafe_integer');
 ok('integer beyond 2^53 that is already its double\'s canonical form: 2^53+2', 't', '9007199254740994', { canonical: '9007199254740994' });
 ok('integer beyond 2^53 that is already its double\'s canonical form: 1e20 written out', 't', '100000000000000000000', { canonical: '100000000000000000000', same: '1e20' });
 ok('integer beyond 2^53 that is already its double\'s canonical form: 1.2345678901234568e20', 't', '-123456789012345680000', { canonical: '-123456789012345680000', same: '-1.2345678901234568e20' });
 err('unsafe integer: -2^64', 't', '{"n":-18446744073709551616}', 'unsafe_integer');
+err('unsafe integer: 2^60 written exactly (its shortest digits are 1152921504606847)', 't', '1152921504606846976', 'unsafe_integer');
+err('unsafe integer: exact value of the double 1e23 (its shortest digits are 1)', 't', '99999999999999991611392', 'unsafe_integer');
+err('unsafe integer: 400 digits overflow a double', 't', '1' + '0'.repeat(400), 'unsafe_integer');
+err('non-finite: 400 digits and a fraction overflow a double', 't', '1' + '0'.repeat(400) + '.0', 'non_finite');
+
+// An integer beyond 2^53 in any form: the rule looks at the value, not the spelling.
+// Accepted only when the significant digits (leading and trailing zeros dropped,
+// decimal point ignored) are the shortest round-trip digits of the double.
+err('unsafe integer: 2^53+1 with a fraction (.0)', 't', '9007199254740993.0', 'unsafe_integer');
+err('unsafe integer: -(2^53+1) with a fraction (.000)', 't', '[-9007199254740993.000]', 'unsafe_integer');
+err('unsafe integer: 2^53+1 with an exponent (e0)', 't', '9007199254740993e0', 'unsafe_integer');
+err('unsafe integer: 2^53+1 in exponent form (9.007199254740993e15)', 't', '9.007199254740993e15', 'unsafe_integer');
+err('unsafe integer: 2^53+1 with leading zeros (0.0009007199254740993e19)', 't', '0.0009007199254740993e19', 'unsafe_integer');
+err('unsafe integer: 2^53+1 with a negative exponent (90071992547409930e-1)', 't', '{"n":90071992547409930e-1}', 'unsafe_integer');
+err('unsafe integer: 2^53+3 as 9.007199254740995E+15', 't', '9.007199254740995E+15', 'unsafe_integer');
+err('unsafe integer: 17 digits where 16 are shortest (9.9999999999999992e22 is 1e23)', 't', '9.9999999999999992e22', 'unsafe_integer');
+err('unsafe integer: 1.7976931348623158e308 (an integer that rounds to the largest double, 1.7976931348623157e308)', 't', '1.7976931348623158e308', 'unsafe_integer');
+ok('integer beyond 2^53 with shortest digits: 9007199254740992.0 is 2^53', 't', '9007199254740992.0', { canonical: '9007199254740992', same: '2^53' });
+ok('integer beyond 2^53 with shortest digits: 9.007199254740992e15 is 2^53', 't', '9.007199254740992e15', { canonical: '9007199254740992', same: '2^53' });
+ok('integer beyond 2^53 with shortest digits: 9007199254740994.0e0', 't', '9007199254740994.0e0', { canonical: '9007199254740994', same: '2^53+2' });
+ok('integer beyond 2^53 with shortest digits: 9007199254740994000e-3', 't', '9007199254740994000e-3', { canonical: '9007199254740994', same: '2^53+2' });
+ok('integer beyond 2^53 with shortest digits: 1.5e300', 't', '1.5e300', { canonical: '1.5e+300' });
+ok('integer beyond 2^53 with shortest digits: 1152921504606847000 (2^60)', 't', '1152921504606847000', { canonical: '1152921504606847000', same: '2^60' });
+ok('integer beyond 2^53 with shortest digits: 1.152921504606847e18 (2^60)', 't', '1.152921504606847e18', { canonical: '1152921504606847000', same: '2^60' });
+ok('integer beyond 2^53 with shortest digits: 1e21 written as an integer', 't', '1000000000000000000000', { canonical: '1e+21', same: '1e21' });
+ok('integer beyond 2^53 with shortest digits: -1e21 written as an integer', 't', '[-1000000000000000000000]', { canonical: '[-1e+21]' });
+ok('integer beyond 2^53 with shortest digits: 123000000000000000000000', 't', '123000000000000000000000', { canonical: '1.23e+23', same: '1.23e23' });
+ok('integer beyond 2^53 with shortest digits: 1.23e23', 't', '1.23e23', { canonical: '1.23e+23', same: '1.23e23' });
+ok('integer beyond 2^53 with shortest digits: 1e23 (not exact, but its shortest spelling)', 't', '[1e23,100000000000000000000000]', { canonical: '[1e+23,1e+23]' });
+ok('not an integer, so not subject to the 2^53 rule: 9007199254740993.5', 't', '9007199254740993.5', { canonical: '9007199254740994' });
+ok('not an integer, so not subject to the 2^53 rule: 0.1, 1.25e-3, 12345678901234567.89', 't', '[0.1,1.25e-3,12345678901234567.89]',
+  { canonical: '[0.1,0.00125,12345678901234568]' });
 
 // --- strings -------------------------------------------------------------------
 ok('short escapes', 't', j`"\b\t\n\f\r"`, { canonical: j`"\b\t\n\f\r"`, same: 'short' });
@@ -188,6 +233,35 @@ err('lone surrogate: high followed by raw non-BMP character', 't', j`"\ud83d` + 
 err('lone surrogate: high followed by \\n escape', 't', j`"\uDBFF\n"`, 'lone_surrogate');
 err('lone surrogate: in member name', 't', j`{"\ud83d":1}`, 'lone_surrogate');
 err('lone surrogate: nested', 't', j`[[{"a":"x\udfff"}]]`, 'lone_surrogate');
+
+// --- noncharacters (RFC 7493 section 2.1): U+FDD0..U+FDEF and U+xFFFE, U+xFFFF ------
+{
+  const esc = (cp) => {
+    const s = String.fromCodePoint(cp);
+    return [...Array(s.length).keys()].map((k) => '\\u' + s.charCodeAt(k).toString(16).padStart(4, '0')).join('');
+  };
+  const hex = (cp) => 'U+' + cp.toString(16).toUpperCase().padStart(4, '0');
+  let n = 0;
+  for (let cp = 0; cp <= 0x10ffff; cp++) if (isNoncharacter(cp)) n++;
+  if (n !== 66) throw new Error(`isNoncharacter matches ${n} code points, want 66`);
+  for (const cp of [0xfdd0, 0xfdef, 0xfffe, 0xffff, 0x1fffe, 0x10ffff]) {
+    err(`noncharacter: ${hex(cp)} raw in a value`, 't', `{"a":"x${String.fromCodePoint(cp)}y"}`, 'noncharacter');
+    err(`noncharacter: ${hex(cp)} escaped in a value`, 't', `{"a":"x${esc(cp)}y"}`, 'noncharacter');
+  }
+  err('noncharacter: U+FFFF raw in a member name', 't', '{"a\uffff":1}', 'noncharacter');
+  err('noncharacter: U+FDD0 escaped in a member name (upper-case hex)', 't', j`{"\uFDD0":1}`, 'noncharacter');
+  err('noncharacter: U+2FFFE raw in a member name', 't', '{"\u{2FFFE}":1}', 'noncharacter');
+  err('noncharacter: U+10FFFE escaped in a member name', 't', j`{"\uDBFF\uDFFE":1}`, 'noncharacter');
+  err('noncharacter: U+FFFE in an unselected member', 't', j`{"tenant_id":1,"x":"\ufffe"}`, 'noncharacter', { key_fields: ['tenant_id'] });
+  err('noncharacter: U+8FFFF nested', 't', '[[{"a":["ok","\u{8FFFF}"]}]]', 'noncharacter');
+  const neighbours = [0xfdcf, 0xfdf0, 0xfffd, 0xfeff, 0x1fffd, 0x10fffd];
+  const raw = '"' + neighbours.map((cp) => String.fromCodePoint(cp)).join('') + '"';
+  ok('noncharacter neighbours are accepted: U+FDCF U+FDF0 U+FFFD U+FEFF U+1FFFD U+10FFFD raw', 't', raw, { canonical: raw, same: 'nonchar-neighbours' });
+  ok('noncharacter neighbours are accepted: U+FDCF U+FDF0 U+FFFD U+FEFF U+1FFFD U+10FFFD escaped', 't',
+    '"' + neighbours.map(esc).join('') + '"', { canonical: raw, same: 'nonchar-neighbours' });
+  ok('noncharacter neighbours are accepted in member names', 't', j`{"\ufdcf":1,"\ufdf0":2,"` + '\u{1FFFD}' + '":3}',
+    { canonical: '{"\u{1FFFD}":3,"\ufdcf":1,"\ufdf0":2}' }); // UTF-16 order: the surrogate pair first
+}
 
 err('invalid utf8: 0xFF in string', 't', bytes('{"a":"', [0xff], '"}'), 'invalid_utf8');
 err('invalid utf8: Latin-1 e-acute', 't', bytes('"caf', [0xe9], '"'), 'invalid_utf8');
@@ -320,6 +394,9 @@ const invalidJson = [
   ['form feed is not whitespace', '\f{}'],
   ['no-break space is not whitespace', '\u00a0{}'],
   ['byte order mark', '\ufeff{}'],
+  ['byte order mark before an array', '\ufeff[1]'],
+  ['byte order mark before a string', '\ufeff"a"'],
+  ['byte order mark after whitespace', ' \ufeff{}'],
 ];
 for (const [name, text] of invalidJson) err(`invalid json: ${name}`, 't', text, 'invalid_json');
 
@@ -415,8 +492,10 @@ if (failures.length) {
 
 const file = {
   spec: 'fp1',
+  version: 2,
   description:
-    'fp1(type, args) = lowercase hex(SHA-256("fp1" LF type LF JCS(args))). args_text is the exact UTF-8 input; args_base64 is used instead when the input is not valid UTF-8. For valid cases, canonical is JCS(args after key_fields selection) and fingerprint the expected hex. For invalid cases, error is the kind.',
+    'fp1(type, args) = lowercase hex(SHA-256("fp1" LF type LF JCS(args))). args_text is the exact UTF-8 input; args_base64 is used instead when the input is not valid UTF-8. For valid cases, canonical is JCS(args after key_fields selection) and fingerprint the expected hex. For invalid cases, error is the kind. ' +
+    'Version 2 (no input accepted by both versions changes its canonical form or fingerprint): a number whose value is an integer beyond 2^53 in magnitude, in any form (9007199254740993.0, 9.007199254740993e15 as well as 9007199254740993), is refused with unsafe_integer unless its significant digits (leading and trailing zeros dropped, decimal point ignored) are exactly the shortest round-trip digits of the double it denotes; so 9007199254740993.0, 9007199254740993e0 and 1.7976931348623158e308, accepted by version 1, are now refused, and 1000000000000000000000, refused by version 1, is now accepted (canonical 1e+21). Numbers whose value is not an integer are unaffected. Noncharacters (U+FDD0-U+FDEF, U+xFFFE, U+xFFFF), raw or escaped, are refused with noncharacter. Nesting deeper than 1000 arrays and objects is refused with too_deep (the outermost is level 1). A leading byte order mark is invalid_json. error_kinds gains noncharacter and too_deep.',
   error_kinds: ERROR_KINDS,
   vectors,
 };
