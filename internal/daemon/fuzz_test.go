@@ -106,7 +106,7 @@ var errorCodes = map[string]bool{
 	"invalid_json": true, "unknown_field": true, "invalid_type": true, "invalid_args": true,
 	"invalid_traceparent": true, "invalid_event": true, "no_policy": true, "duplicate_name": true,
 	"invalid_utf8": true, "lone_surrogate": true, "non_finite": true, "unsafe_integer": true,
-	"missing_key_field": true, "key_fields_not_object": true, "too_deep": true,
+	"missing_key_field": true, "key_fields_not_object": true, "too_deep": true, "noncharacter": true,
 }
 
 // FuzzBatch: the batch handler (on miniredis and a publisher that accepts
