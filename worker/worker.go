@@ -206,21 +206,17 @@ func (w *Worker) Consumer(ctx context.Context, jobType string) (jetstream.Consum
 // Run consumes jobs until ctx ends, then stops taking new ones and waits up
 // to ShutdownTimeout for the running ones (whose context ends after that).
 func (w *Worker) Run(ctx context.Context, h Handler) error {
-	iters := make([]jetstream.MessagesContext, 0, len(w.cfg.Types))
+	// Every consumer first, so that a configuration error stops Run at once.
+	first := make([]jetstream.MessagesContext, 0, len(w.cfg.Types))
 	for _, typ := range w.cfg.Types {
-		cons, err := w.Consumer(ctx, typ)
+		it, err := w.messages(ctx, typ)
 		if err != nil {
-			for _, it := range iters {
+			for _, it := range first {
 				it.Stop()
 			}
 			return err
 		}
-		// A small prefetch: prefetched messages wait unreported (see Run).
-		it, err := cons.Messages(jetstream.PullMaxMessages(max(1, w.cfg.Concurrency/len(w.cfg.Types))))
-		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrConsumer, typ, err)
-		}
-		iters = append(iters, it)
+		first = append(first, it)
 	}
 	// Handlers get a context that outlives ctx by the shutdown timeout.
 	jobCtx, cancelJobs := context.WithCancel(context.WithoutCancel(ctx))
@@ -229,41 +225,10 @@ func (w *Worker) Run(ctx context.Context, h Handler) error {
 	sem := make(chan struct{}, w.cfg.Concurrency)
 	var running sync.WaitGroup
 	var readers sync.WaitGroup
-	for _, it := range iters {
-		readers.Go(func() {
-			for {
-				// Take a slot first, then a message: a message never waits
-				// for a slot unreported, which would let its ack wait run out
-				// and count a delivery that never ran.
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-				msg, err := it.Next()
-				if err != nil {
-					<-sem
-					if !errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() == nil {
-						w.log.ErrorContext(ctx, "worker: fetching jobs failed", "err", err)
-					}
-					return
-				}
-				if ctx.Err() != nil {
-					<-sem
-					_ = msg.Nak() // not started: hand it back at once
-					return
-				}
-				running.Go(func() {
-					defer func() { <-sem }()
-					w.process(jobCtx, msg, h)
-				})
-			}
-		})
+	for i, typ := range w.cfg.Types {
+		readers.Go(func() { w.read(ctx, typ, first[i], sem, &running, func(msg jetstream.Msg) { w.process(jobCtx, msg, h) }) })
 	}
 	<-ctx.Done()
-	for _, it := range iters {
-		it.Stop()
-	}
 	readers.Wait()
 	done := make(chan struct{})
 	go func() { running.Wait(); close(done) }()
@@ -275,6 +240,102 @@ func (w *Worker) Run(ctx context.Context, h Handler) error {
 		<-done
 	}
 	return nil
+}
+
+// messages creates (or updates) the consumer of a type and opens its
+// message iterator, with a small prefetch: prefetched messages wait
+// unreported (see read).
+func (w *Worker) messages(ctx context.Context, typ string) (jetstream.MessagesContext, error) {
+	cons, err := w.Consumer(ctx, typ)
+	if err != nil {
+		return nil, err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(max(1, w.cfg.Concurrency/len(w.cfg.Types))))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrConsumer, typ, err)
+	}
+	return it, nil
+}
+
+// read hands the jobs of one type to run until ctx ends. JetStream trouble
+// (a missed heartbeat, the consumer gone with a stream leader or deleted)
+// never stops it: a transient error is logged and reading goes on; an
+// iterator that closed is opened again, creating the consumer again if
+// needed, with a backoff while that fails.
+func (w *Worker) read(ctx context.Context, typ string, it jetstream.MessagesContext, sem chan struct{}, running *sync.WaitGroup, run func(jetstream.Msg)) {
+	var mu sync.Mutex // it, replaced on reopen; Stop from the watcher below
+	stopWatch := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		it.Stop()
+	})
+	defer stopWatch()
+	current := func() jetstream.MessagesContext { mu.Lock(); defer mu.Unlock(); return it }
+	wait := 100 * time.Millisecond
+	for {
+		// Take a slot first, then a message: a message never waits for a
+		// slot unreported, which would let its ack wait run out and count a
+		// delivery that never ran.
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		msg, err := current().Next()
+		if err != nil {
+			<-sem
+			if ctx.Err() != nil {
+				return
+			}
+			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				w.log.WarnContext(ctx, "worker: fetching jobs failed; reading on", "job_type", typ, "err", err)
+				if !sleepCtx(ctx, 50*time.Millisecond) { // never a hot loop
+					return
+				}
+				continue
+			}
+			w.log.WarnContext(ctx, "worker: the job iterator closed; opening it again", "job_type", typ, "retry_in", wait)
+			if !sleepCtx(ctx, wait) {
+				return
+			}
+			next, err := w.messages(ctx, typ)
+			if err != nil {
+				w.log.WarnContext(ctx, "worker: could not open the jobs again; retrying", "job_type", typ, "err", err)
+				wait = min(2*wait, 10*time.Second)
+				continue
+			}
+			mu.Lock()
+			it = next
+			mu.Unlock()
+			if ctx.Err() != nil {
+				next.Stop()
+				return
+			}
+			wait = 100 * time.Millisecond
+			continue
+		}
+		if ctx.Err() != nil {
+			<-sem
+			_ = msg.Nak() // not started: hand it back at once
+			return
+		}
+		running.Go(func() {
+			defer func() { <-sem }()
+			run(msg)
+		})
+	}
+}
+
+// sleepCtx sleeps d or until ctx ends; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // maxDeliveries bounds deliveries whatever the attempts: a job whose round
