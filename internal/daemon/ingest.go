@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,12 +47,14 @@ type IngestConfig struct {
 
 // Ingest receives events over NATS.
 type Ingest struct {
-	cfg  IngestConfig
-	sub  *nats.Subscription
-	iter jetstream.MessagesContext
-	wg   sync.WaitGroup
-	sem  chan struct{}
-	log  *slog.Logger
+	cfg      IngestConfig
+	sub      *nats.Subscription
+	iterMu   sync.Mutex
+	iter     jetstream.MessagesContext
+	stopping atomic.Bool
+	wg       sync.WaitGroup
+	sem      chan struct{}
+	log      *slog.Logger
 }
 
 // StartIngest subscribes (queue group "coalesce", so replicas share the load)
@@ -83,18 +86,12 @@ func StartIngest(ctx context.Context, cfg IngestConfig) (*Ingest, error) {
 			in.Stop()
 			return nil, fmt.Errorf("ingest: stream %s: %w", cfg.Stream, err)
 		}
-		cons, err := cfg.JetStream.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
-			Durable: "coalesce-ingest", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-			MaxAckPending: cfg.Parallel * 4,
-		})
+		it, err := in.open(ctx)
 		if err != nil {
 			in.Stop()
-			return nil, fmt.Errorf("ingest: consumer on %s: %w", cfg.Stream, err)
+			return nil, err
 		}
-		if in.iter, err = cons.Messages(jetstream.PullMaxMessages(cfg.Parallel)); err != nil {
-			in.Stop()
-			return nil, fmt.Errorf("ingest: consume %s: %w", cfg.Stream, err)
-		}
+		in.iter = it
 		in.wg.Go(in.consume)
 	}
 	return in, nil
@@ -172,14 +169,60 @@ func (in *Ingest) decide(ctx context.Context, subject, jobType string, data []by
 	return b, false
 }
 
+// open creates (or updates) the intake consumer and opens its iterator.
+func (in *Ingest) open(ctx context.Context) (jetstream.MessagesContext, error) {
+	cons, err := in.cfg.JetStream.CreateOrUpdateConsumer(ctx, in.cfg.Stream, jetstream.ConsumerConfig{
+		Durable: "coalesce-ingest", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxAckPending: in.cfg.Parallel * 4,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ingest: consumer on %s: %w", in.cfg.Stream, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(in.cfg.Parallel))
+	if err != nil {
+		return nil, fmt.Errorf("ingest: consume %s: %w", in.cfg.Stream, err)
+	}
+	return it, nil
+}
+
+// consume decides the stored events until Stop. JetStream trouble never
+// stops it: a transient error is logged and reading goes on, a closed
+// iterator is opened again (with its consumer), with a backoff.
 func (in *Ingest) consume() {
+	wait := 100 * time.Millisecond
 	for {
-		msg, err := in.iter.Next()
+		in.iterMu.Lock()
+		it := in.iter
+		in.iterMu.Unlock()
+		msg, err := it.Next()
 		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				in.log.Error("ingest: reading the intake stream failed", "err", err)
+			if in.stopping.Load() {
+				return
 			}
-			return
+			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				in.log.Warn("ingest: reading the intake stream failed; reading on", "err", err)
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			in.log.Warn("ingest: the intake iterator closed; opening it again", "retry_in", wait)
+			time.Sleep(wait)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			next, err := in.open(ctx)
+			cancel()
+			if err != nil {
+				in.log.Warn("ingest: could not open the intake again; retrying", "err", err)
+				wait = min(2*wait, 10*time.Second)
+				continue
+			}
+			in.iterMu.Lock()
+			in.iter = next
+			in.iterMu.Unlock()
+			if in.stopping.Load() {
+				next.Stop()
+				return
+			}
+			wait = 100 * time.Millisecond
+			continue
 		}
 		in.sem <- struct{}{}
 		in.wg.Go(func() {
@@ -239,8 +282,11 @@ func (in *Ingest) Stop() {
 			}
 		}
 	}
+	in.stopping.Store(true)
+	in.iterMu.Lock()
 	if in.iter != nil {
 		in.iter.Stop()
 	}
+	in.iterMu.Unlock()
 	in.wg.Wait()
 }

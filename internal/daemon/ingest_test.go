@@ -135,3 +135,43 @@ func TestCronReplicasOpenOneRound(t *testing.T) {
 		t.Error("a bad schedule was accepted")
 	}
 }
+
+// TestDurableIngestSurvivesItsConsumerGoing: the durable intake keeps
+// deciding stored events after its consumer went (deleted, a stream leader
+// lost): it used to stop reading for good on the iterator's error.
+func TestDurableIngestSurvivesItsConsumerGoing(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	nc, js := srv.Connect(t)
+	ctx := context.Background()
+	pub, err := publisher.New(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := debounce.New(debounce.Config{Redis: testenv.SharedRedis(t).Client(t), Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := daemon.StartIngest(ctx, daemon.IngestConfig{Conn: nc, JetStream: js, Coalescer: co, Prefix: "co", Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Stop()
+	if err := js.DeleteConsumer(ctx, daemon.DefaultIngestStream, "coalesce-ingest"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "co.ingest.recompute", []byte(`{"args":{"tenant_id":77}}`)); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := co.RoundKeyOf(debounce.Event{Type: "recompute", Args: json.RawMessage(`{"tenant_id":77}`)})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, found, _ := co.Inspect(ctx, "recompute", key); found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the event stored after the consumer went was never decided")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
