@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,7 +185,7 @@ func TestReaperLeavesQueuedJobsAlone(t *testing.T) {
 func unmark(t *testing.T, rdb redis.UniversalClient, prefix string) int {
 	t.Helper()
 	ctx := context.Background()
-	n := 0
+	var n atomic.Int64 // ForEachMaster scans the masters concurrently
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		iter := c.Scan(ctx, 0, prefix+"{*", 100).Iterator()
 		for iter.Next(ctx) {
@@ -197,12 +198,12 @@ func unmark(t *testing.T, rdb redis.UniversalClient, prefix string) int {
 				v, _ := c.Get(ctx, k).Uint64()
 				if v&(1<<38) != 0 {
 					c.DecrBy(ctx, k, 1<<38)
-					n++
+					n.Add(1)
 				}
 			case "hash":
 				if c.HGet(ctx, k, "p").Val() == "1" {
 					c.HSet(ctx, k, "p", 0)
-					n++
+					n.Add(1)
 				}
 			}
 		}
@@ -217,7 +218,7 @@ func unmark(t *testing.T, rdb redis.UniversalClient, prefix string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return int(n.Load())
 }
 
 // TestReaperMarksPublishedRounds: a producer that published a round and

@@ -226,7 +226,9 @@ func (w *Worker) Run(ctx context.Context, h Handler) error {
 	var running sync.WaitGroup
 	var readers sync.WaitGroup
 	for i, typ := range w.cfg.Types {
-		readers.Go(func() { w.read(ctx, typ, first[i], sem, &running, func(msg jetstream.Msg) { w.process(jobCtx, msg, h) }) })
+		readers.Go(func() {
+			w.read(ctx, typ, first[i], sem, &running, func(msg jetstream.Msg) { w.process(jobCtx, msg, h) })
+		})
 	}
 	<-ctx.Done()
 	readers.Wait()
