@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/jsread"
 	"github.com/coalesce-io/coalesce/publisher"
 )
 
@@ -252,7 +253,7 @@ func (w *Worker) messages(ctx context.Context, typ string) (jetstream.MessagesCo
 	if err != nil {
 		return nil, err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(max(1, w.cfg.Concurrency/len(w.cfg.Types))))
+	it, err := cons.Messages(jsread.Options(w.cfg.Concurrency / len(w.cfg.Types))...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrConsumer, typ, err)
 	}
@@ -289,14 +290,15 @@ func (w *Worker) read(ctx context.Context, typ string, it jetstream.MessagesCont
 			if ctx.Err() != nil {
 				return
 			}
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if !jsread.Lost(err) {
 				w.log.WarnContext(ctx, "worker: fetching jobs failed; reading on", "job_type", typ, "err", err)
 				if !sleepCtx(ctx, 50*time.Millisecond) { // never a hot loop
 					return
 				}
 				continue
 			}
-			w.log.WarnContext(ctx, "worker: the job iterator closed; opening it again", "job_type", typ, "retry_in", wait)
+			current().Stop()
+			w.log.WarnContext(ctx, "worker: the job iterator is gone; opening it again", "job_type", typ, "err", err, "retry_in", wait)
 			if !sleepCtx(ctx, wait) {
 				return
 			}

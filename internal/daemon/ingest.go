@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/jsread"
 )
 
 // Ingest subjects: <prefix>.events.<type> answers each request with the
@@ -178,7 +178,7 @@ func (in *Ingest) open(ctx context.Context) (jetstream.MessagesContext, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingest: consumer on %s: %w", in.cfg.Stream, err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(in.cfg.Parallel))
+	it, err := cons.Messages(jsread.Options(in.cfg.Parallel)...)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: consume %s: %w", in.cfg.Stream, err)
 	}
@@ -199,12 +199,13 @@ func (in *Ingest) consume() {
 			if in.stopping.Load() {
 				return
 			}
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if !jsread.Lost(err) {
 				in.log.Warn("ingest: reading the intake stream failed; reading on", "err", err)
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
-			in.log.Warn("ingest: the intake iterator closed; opening it again", "retry_in", wait)
+			it.Stop()
+			in.log.Warn("ingest: the intake iterator is gone; opening it again", "err", err, "retry_in", wait)
 			time.Sleep(wait)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			next, err := in.open(ctx)
