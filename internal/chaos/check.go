@@ -233,7 +233,7 @@ func Check(in Input) Result {
 			}
 			br.hi = min(br.hi, br.end-1)
 			bypassRounds = append(bypassRounds, br)
-			if !covered && snapshotCause(e.Sent, in) != "" {
+			if !covered && snapshotCause(e.Sent, e.Done, in) != "" {
 				r.LostExplained[CauseSnapshot]++
 			} else if !covered {
 				r.Lost++
@@ -259,7 +259,7 @@ func Check(in Input) Result {
 				break
 			}
 		}
-		if !covered && snapshotCause(e.Sent, in) != "" {
+		if !covered && snapshotCause(e.Sent, e.Done, in) != "" {
 			r.LostExplained[CauseSnapshot]++
 			covered = true
 		}
@@ -416,7 +416,7 @@ func Check(in Input) Result {
 		}
 		r.Dups++
 		cause := CauseUnexplain
-		if c := lossCause(p.sent, w.done, p.sent, in); c != "" {
+		if c := lossCause(p.sent, w.done, p.sent, p.done, in); c != "" {
 			cause = c
 		}
 		if cause == CauseUnexplain && (p.done-p.sent >= wlen || w.done-w.sent >= wlen) {
@@ -484,7 +484,7 @@ func dupCause(a, b *round, in Input) string {
 	}
 	// A opened before Redis came back, B after it went down; or A opened
 	// after an embedded daemon's last snapshot before it was killed.
-	if c := lossCause(a.lo, b.hi, a.lo, in); c != "" {
+	if c := lossCause(a.lo, b.hi, a.lo, a.hi, in); c != "" {
 		return c
 	}
 	switch {

@@ -135,6 +135,14 @@ func TestCheckPayloads(t *testing.T) {
 			in.Starts[0].ItemList = []string{"7"}
 			in.SnapshotLoss = []Interval{{From: t0, To: t0 + sec/2}}
 		}, 1, map[string]int{CauseSnapshot: 1}, 0},
+		{"item missing, answered before the killed daemon's snapshot was taken", func(in *Input) {
+			in.Starts[0].ItemList = []string{"7"}
+			in.SnapshotLoss = []Interval{{From: t0 + sec/5, To: t0 + sec/2}}
+		}, 1, map[string]int{CauseUnexplain: 1}, 0},
+		{"item missing, sent before the snapshot was taken and answered after", func(in *Input) {
+			in.Starts[0].ItemList = []string{"7"}
+			in.SnapshotLoss = []Interval{{From: t0 + sec/10 + 1, To: t0 + sec/2}}
+		}, 1, map[string]int{CauseSnapshot: 1}, 0},
 		{"stale last", func(in *Input) { in.Starts[1].PayloadEID = "e4" }, 1, map[string]int{CauseUnexplain: 1}, 0},
 		{"last from another round", func(in *Input) { in.Starts[1].PayloadEID = "e2" }, 1, map[string]int{CauseUnexplain: 1}, 0},
 		{"count too high", func(in *Input) { in.Starts[0].Events = 5 }, 0, nil, 1},

@@ -7,24 +7,27 @@ import (
 )
 
 // lossCause names the documented cause of data lost in a round alive over
-// [from, to] (unix ns) whose data changed at changed (the event whose
-// change is missing), or "" when none applies: a Redis restart without
-// persistence during the round's life, or an embedded daemon killed within
-// a snapshot interval after the change.
-func lossCause(from, to, changed int64, in Input) string {
+// [from, to] (unix ns) whose missing change was requested over [chSent,
+// chDone] (sent to answered: applied somewhere in it), or "" when none
+// applies: a Redis restart without persistence during the round's life, or
+// an embedded daemon killed after the change may have been applied after its
+// last snapshot was taken.
+func lossCause(from, to, chSent, chDone int64, in Input) string {
 	for _, l := range in.RedisLoss {
 		if from < l.To && l.From < to {
 			return CauseRedisLoss
 		}
 	}
-	return snapshotCause(changed, in)
+	return snapshotCause(chSent, chDone, in)
 }
 
-// snapshotCause is CauseSnapshot when an event sent at sent was accepted
-// within the last snapshot interval before an embedded daemon was killed.
-func snapshotCause(sent int64, in Input) string {
+// snapshotCause is CauseSnapshot when a change requested over [sent, done]
+// may have been applied inside one of in.SnapshotLoss: after the snapshot a
+// killed embedded daemon left was taken, before the kill. A change answered
+// before the snapshot was taken is in it.
+func snapshotCause(sent, done int64, in Input) string {
 	for _, l := range in.SnapshotLoss {
-		if sent >= l.From && sent < l.To {
+		if done >= l.From && sent < l.To {
 			return CauseSnapshot
 		}
 	}
@@ -98,7 +101,7 @@ func checkPayloads(in Input, r *Result, byRound map[string][]JobStart, rounds ma
 					r.PayloadItems++
 					continue
 				}
-				lose(lossCause(e.Sent, ss[len(ss)-1].At, e.Sent, in), fmt.Sprintf("%s %s key %.12s round %s: item %s in no job of the round started after it (%d starts, first %s %s with %d items)",
+				lose(lossCause(e.Sent, ss[len(ss)-1].At, e.Sent, e.Done, in), fmt.Sprintf("%s %s key %.12s round %s: item %s in no job of the round started after it (%d starts, first %s %s with %d items)",
 					e.Type, e.EID, e.Key, e.Round, item, len(ss), ms(ss[0].At), ss[0].Release, len(ss[0].ItemList)))
 			}
 		}
@@ -108,11 +111,11 @@ func checkPayloads(in Input, r *Result, byRound map[string][]JobStart, rounds ma
 			p := byEID[first.PayloadEID]
 			switch {
 			case p == nil || p.Type != typ || p.Tenant != evs[0].Tenant:
-				lose(lossCause(rd.lo, first.At, rd.lo, in), fmt.Sprintf("%s round %s key %.12s: its job's payload is event %q, not one of the round's", typ, first.Round, evs[0].Key, first.PayloadEID))
+				lose(lossCause(rd.lo, first.At, rd.lo, rd.hi, in), fmt.Sprintf("%s round %s key %.12s: its job's payload is event %q, not one of the round's", typ, first.Round, evs[0].Key, first.PayloadEID))
 			default:
 				for _, e := range evs {
 					if e.Sent > p.Done && e.Sent < first.At {
-						lose(lossCause(p.Done, first.At, e.Sent, in), fmt.Sprintf("%s round %s key %.12s: its job's payload is event %s (answered %s), but event %s of the round was sent after it (%s)",
+						lose(lossCause(p.Done, first.At, e.Sent, e.Done, in), fmt.Sprintf("%s round %s key %.12s: its job's payload is event %s (answered %s), but event %s of the round was sent after it (%s)",
 							typ, first.Round, e.Key, p.EID, ms(p.Done), e.EID, ms(e.Sent)))
 						break
 					}
@@ -155,12 +158,12 @@ func fencingCause(rid string, rd *round, at int64, in Input) string {
 	if rd == nil {
 		return ""
 	}
-	if c := lossCause(rd.lo, at, 0, in); c != "" {
+	if c := lossCause(rd.lo, at, 0, 0, in); c != "" {
 		return c
 	}
 	for i := range in.Events {
 		e := &in.Events[i]
-		if e.Accepted() && e.Round != "" && roundID(e.Type, e.Key, e.Round) == rid && snapshotCause(e.Sent, in) != "" {
+		if e.Accepted() && e.Round != "" && roundID(e.Type, e.Key, e.Round) == rid && snapshotCause(e.Sent, e.Done, in) != "" {
 			return CauseSnapshot
 		}
 	}

@@ -140,7 +140,7 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		}
 		c.Dev = dev
 		redisURL, natsURLs = dev.RedisURL, []string{dev.NATSURL}
-		log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis), both kept in the data folder: schedules in the NATS store, reservations in a snapshot written every second and at a graceful stop (a SIGKILL loses at most the last second of reservations)",
+		log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis), both kept in the data folder: schedules in the NATS store, reservations in a snapshot written every second and at a graceful stop (a SIGKILL loses the reservations changed since the last snapshot, about a second's worth)",
 			"nats", dev.NATSURL, "redis", dev.RedisURL, "data_dir", cfg.Embedded.DataDir)
 		log.Warn("for production point coalesce at real servers: --redis redis://host:6379/0 --nats nats://host:4222 (NATS 2.12 or later, Redis 7 with maxmemory-policy noeviction), or redis/nats in the config file")
 	}

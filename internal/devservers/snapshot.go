@@ -49,6 +49,25 @@ type Restore struct {
 	Expired int       // keys whose expiry passed while the server was down: dropped
 }
 
+// SnapshotWritten reads when the snapshot file at path was taken: every
+// change applied before that moment is in it, a change applied after it may
+// not be. A missing file gives the zero time and no error.
+func SnapshotWritten(path string) (time.Time, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("devservers: redis snapshot: %w", err)
+	}
+	defer f.Close()
+	var s snapshotFile
+	if err := gob.NewDecoder(f).Decode(&s); err != nil {
+		return time.Time{}, fmt.Errorf("devservers: redis snapshot %s is unreadable: %w", path, err)
+	}
+	return s.Written, nil
+}
+
 // restore loads the snapshot into mr before it serves. now is mr's clock.
 func restore(mr *miniredis.Miniredis, path string, now time.Time) (Restore, error) {
 	f, err := os.Open(path)
