@@ -617,6 +617,16 @@ func TestLoadRefuses(t *testing.T) {
 			`COALESCE_NATS_PASSWORD: nats.password: needs nats.user`},
 		{"env token", "", map[string]string{"COALESCE_HTTP_TOKENS": "a b"},
 			`COALESCE_HTTP_TOKENS: http.tokens[0]: holds whitespace or control characters`},
+		// A list variable that is set must list something: a blank one
+		// once dropped the file's tokens and turned authentication off.
+		{"env tokens blank", "http:\n  tokens: [secret]\n", map[string]string{"COALESCE_HTTP_TOKENS": " "},
+			`COALESCE_HTTP_TOKENS: is set but lists nothing; give comma-separated values, or unset it to keep http.tokens`},
+		{"env tokens only commas", "http:\n  tokens: [secret]\n", map[string]string{"COALESCE_HTTP_TOKENS": ","},
+			`COALESCE_HTTP_TOKENS: item 1 of 2 is empty; give comma-separated values with none empty, or unset it to keep http.tokens`},
+		{"env tokens empty item", "", map[string]string{"COALESCE_HTTP_TOKENS": "t1,,t2"},
+			`COALESCE_HTTP_TOKENS: item 2 of 3 is empty; give comma-separated values with none empty, or unset it to keep http.tokens`},
+		{"env nats urls blank", "", map[string]string{"COALESCE_NATS_URL": " , "},
+			`COALESCE_NATS_URL: item 1 of 2 is empty; give comma-separated values with none empty, or unset it to keep nats.urls`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,10 @@
 package config
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // EnvVar is an environment variable Load reads over the file.
 type EnvVar struct {
@@ -105,6 +109,9 @@ func (d *decoder) applyEnv(c *Config, env func(string) string) error {
 		if v == "" {
 			continue
 		}
+		if err := checkEnvList(o, v); err != nil {
+			return err
+		}
 		o.apply(c, v)
 		d.env[o.path] = o.Name
 		switch o.path {
@@ -112,6 +119,28 @@ func (d *decoder) applyEnv(c *Config, env func(string) string) error {
 			d.addrsPath = o.path
 		case "nats.urls":
 			d.urlsPath = o.path
+		}
+	}
+	return nil
+}
+
+// envLists are the overrides whose value is a comma-separated list.
+var envLists = []string{"redis.addrs", "nats.urls", "http.tokens"}
+
+// checkEnvList refuses a list variable that is set but lists nothing, or
+// has an empty item: dropping blanks would replace the file's list by a
+// shorter or empty one (an empty http.tokens turns authentication off).
+func checkEnvList(o envOverride, v string) error {
+	if !slices.Contains(envLists, o.path) {
+		return nil
+	}
+	if strings.TrimSpace(v) == "" {
+		return &Error{Env: o.Name, Msg: fmt.Sprintf("is set but lists nothing; give comma-separated values, or unset it to keep %s", o.path)}
+	}
+	items := strings.Split(v, ",")
+	for i, item := range items {
+		if strings.TrimSpace(item) == "" {
+			return &Error{Env: o.Name, Msg: fmt.Sprintf("item %d of %d is empty; give comma-separated values with none empty, or unset it to keep %s", i+1, len(items), o.path)}
 		}
 	}
 	return nil
