@@ -625,6 +625,15 @@ func TestLoadRefuses(t *testing.T) {
 			`COALESCE_HTTP_TOKENS: item 1 of 2 is empty; give comma-separated values with none empty, or unset it to keep http.tokens`},
 		{"env tokens empty item", "", map[string]string{"COALESCE_HTTP_TOKENS": "t1,,t2"},
 			`COALESCE_HTTP_TOKENS: item 2 of 3 is empty; give comma-separated values with none empty, or unset it to keep http.tokens`},
+		// An override never turns TLS off or drops a password without saying so.
+		{"env addrs over a TLS url", "nats: {urls: [n]}\nredis:\n  url: rediss://r:6380\n", map[string]string{"COALESCE_REDIS_ADDRS": "a:1,b:2"},
+			`COALESCE_REDIS_ADDRS: replaces redis.url, a rediss:// URL, and would connect without TLS; set redis.tls.enabled: true in the file to keep it`},
+		{"env url over a TLS url", "nats: {urls: [n]}\nredis:\n  url: rediss://r:6380\n", map[string]string{"COALESCE_REDIS_URL": "redis://r:6379"},
+			`COALESCE_REDIS_URL: replaces redis.url, a rediss:// URL, and would connect without TLS; use a rediss:// URL, or set redis.tls.enabled: true in the file`},
+		{"env addrs drop the url's password", "nats: {urls: [n]}\nredis:\n  url: redis://:hunter2@r:6379\n", map[string]string{"COALESCE_REDIS_ADDRS": "a:1"},
+			`COALESCE_REDIS_ADDRS: replaces redis.url, which carries the credentials, and would connect without them; set COALESCE_REDIS_PASSWORD (and COALESCE_REDIS_USERNAME for an ACL user), or redis.password, too`},
+		{"env bare nats host over tls urls", "redis: {url: redis://r}\nnats:\n  urls: [tls://n1:4222]\n", map[string]string{"COALESCE_NATS_URL": "n2:4222"},
+			`COALESCE_NATS_URL: replaces nats.urls, tls:// or wss:// URLs, and would connect without TLS; use tls:// URLs, or set nats.tls.enabled: true in the file`},
 		{"env nats urls blank", "", map[string]string{"COALESCE_NATS_URL": " , "},
 			`COALESCE_NATS_URL: item 1 of 2 is empty; give comma-separated values with none empty, or unset it to keep nats.urls`},
 	}
@@ -731,6 +740,22 @@ http:
 		t.Errorf("HTTP.Tokens = %q, want %q", c.HTTP.Tokens, want)
 	}
 
+	t.Run("an override that keeps TLS and credentials", func(t *testing.T) {
+		t.Parallel()
+		file := "redis:\n  url: rediss://:pw@r:6380\n  tls:\n    enabled: true\nnats:\n  urls: [tls://n1:4222]\n  tls:\n    enabled: true\n"
+		c, err := Load(writeConfig(t, file), envOf(map[string]string{
+			"COALESCE_REDIS_ADDRS": "a:1,b:2", "COALESCE_REDIS_PASSWORD": "pw", "COALESCE_NATS_URL": "n2:4222"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.Redis.TLS.Enabled || c.Redis.Password != "pw" || !c.NATS.TLS.Enabled {
+			t.Errorf("Redis %+v NATS TLS %+v", c.Redis, c.NATS.TLS)
+		}
+		if _, err := Load(writeConfig(t, "redis:\n  url: rediss://r:6380\nnats:\n  urls: [tls://n1:4222]\n"), envOf(map[string]string{
+			"COALESCE_REDIS_URL": "rediss://other:6380", "COALESCE_NATS_URL": "tls://n2:4222"})); err != nil {
+			t.Errorf("TLS URLs over TLS URLs: %v", err)
+		}
+	})
 	t.Run("credentials replace the file's", func(t *testing.T) {
 		t.Parallel()
 		c, err := Load(writeConfig(t, ext+"  creds_file: /nonexistent.creds\n  user: app\n"), envOf(map[string]string{"COALESCE_NATS_TOKEN": "tok"}))

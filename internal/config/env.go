@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 )
@@ -104,6 +105,7 @@ func (d *decoder) applyEnv(c *Config, env func(string) string) error {
 			}
 		}
 	}
+	before := *c
 	for _, o := range envOverrides() {
 		v := env(o.Name)
 		if v == "" {
@@ -121,7 +123,60 @@ func (d *decoder) applyEnv(c *Config, env func(string) string) error {
 			d.urlsPath = o.path
 		}
 	}
+	return checkDowngrade(&before, c, env)
+}
+
+// checkDowngrade refuses an override that would quietly connect with less
+// protection than the file asked for: without the TLS a rediss:// or
+// tls:// URL turned on, or without the password a replaced Redis URL
+// carried. The file can still turn TLS off itself; the environment only
+// replaces addresses.
+func checkDowngrade(file, c *Config, env func(string) string) error {
+	if name := redisVar(env); name != "" {
+		fileURL, _ := url.Parse(file.Redis.URL)
+		newURL, _ := url.Parse(c.Redis.URL)
+		switch {
+		case file.Redis.URL == "" || fileURL == nil:
+		case fileURL.Scheme == "rediss" && !c.Redis.TLS.Enabled && (newURL == nil || newURL.Scheme != "rediss"):
+			if name == "COALESCE_REDIS_ADDRS" {
+				return &Error{Env: name, Msg: "replaces redis.url, a rediss:// URL, and would connect without TLS; set redis.tls.enabled: true in the file to keep it"}
+			}
+			return &Error{Env: name, Msg: "replaces redis.url, a rediss:// URL, and would connect without TLS; use a rediss:// URL, or set redis.tls.enabled: true in the file"}
+		case name == "COALESCE_REDIS_ADDRS" && urlCredentials(fileURL) && c.Redis.Password == "" && c.Redis.Username == "":
+			return &Error{Env: name, Msg: "replaces redis.url, which carries the credentials, and would connect without them; set COALESCE_REDIS_PASSWORD (and COALESCE_REDIS_USERNAME for an ACL user), or redis.password, too"}
+		}
+	}
+	if env("COALESCE_NATS_URL") != "" && natsTLS(file.NATS.URLs) && !c.NATS.TLS.Enabled && !natsTLS(c.NATS.URLs) {
+		return &Error{Env: "COALESCE_NATS_URL", Msg: "replaces nats.urls, tls:// or wss:// URLs, and would connect without TLS; use tls:// URLs, or set nats.tls.enabled: true in the file"}
+	}
 	return nil
+}
+
+// redisVar is the variable that replaced the Redis address, if any.
+func redisVar(env func(string) string) string {
+	for _, name := range []string{"COALESCE_REDIS_URL", "COALESCE_REDIS_ADDRS"} {
+		if env(name) != "" {
+			return name
+		}
+	}
+	return ""
+}
+
+// urlCredentials reports whether a Redis URL carries a user or a password.
+func urlCredentials(u *url.URL) bool {
+	if u.User == nil {
+		return false
+	}
+	p, _ := u.User.Password()
+	return p != "" || u.User.Username() != ""
+}
+
+// natsTLS reports whether any of urls asks for TLS by its scheme.
+func natsTLS(urls []string) bool {
+	return slices.ContainsFunc(urls, func(u string) bool {
+		scheme, _ := checkNATSURL(u)
+		return scheme == "tls" || scheme == "wss"
+	})
 }
 
 // envLists are the overrides whose value is a comma-separated list.
