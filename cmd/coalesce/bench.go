@@ -199,7 +199,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 			cfg.NATS.Stream, cfg.NATS.Prefix = "COALESCE_BENCH", "cobench"
 		}
 		cfg.Redis.Prefix = *prefix
-		m := daemon.NewMetrics()
+		m := daemon.NewMetrics(cfg.Types()...)
 		conns, err := daemon.Connect(ctx, cfg, nil, m, false)
 		if err != nil {
 			return err

@@ -137,6 +137,9 @@ type Ingest struct {
 type HTTP struct {
 	Listen string   // host:port, default DefaultHTTPListen
 	Tokens []string // bearer tokens; empty means no authentication
+	// PublicMetrics serves /metrics without a token even when Tokens are
+	// set; by default /metrics takes one whenever the API does.
+	PublicMetrics bool
 	// BodyLimit is the largest request body in bytes (YAML: "1MiB",
 	// "512KiB", "10MB" or a byte count), default DefaultBodyLimit.
 	BodyLimit    int64
@@ -252,6 +255,15 @@ func defaults() *Config {
 			DataDir:     DefaultDataDir,
 		},
 	}
+}
+
+// Types are the job types the policies name, in file order.
+func (c *Config) Types() []string {
+	out := make([]string, len(c.Policies))
+	for i, p := range c.Policies {
+		out[i] = p.Type
+	}
+	return out
 }
 
 // UsesEmbedded reports whether neither Redis nor NATS is configured, so the

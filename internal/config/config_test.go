@@ -422,7 +422,7 @@ func TestLoadRefuses(t *testing.T) {
 		{"unknown nested key", "nats:\n  ingest:\n    durabel: true\n",
 			nil, `FILE:3: nats.ingest.durabel: unknown key (known: request_reply, durable, stream)`},
 		{"odd key is quoted", "http:\n  \"list en\": x\n",
-			nil, `FILE:2: http."list en": unknown key (known: listen, tokens, body_limit, read_timeout, write_timeout)`},
+			nil, `FILE:2: http."list en": unknown key (known: listen, tokens, public_metrics, body_limit, read_timeout, write_timeout)`},
 		{"duplicate key", "http:\n  listen: :8080\n  listen: :9090\n",
 			nil, `FILE:3: http.listen: mapping key "listen" already defined at line 2`},
 		{"duplicate policy", "policies:\n  a: {mode: dedup}\n  a: {mode: dedup}\n",

@@ -659,6 +659,7 @@ func (d *decoder) httpFields(h *HTTP) []field {
 	return []field{
 		{"listen", d.str(&h.Listen)},
 		{"tokens", d.strList(&h.Tokens)},
+		{"public_metrics", d.boolean(&h.PublicMetrics)},
 		{"body_limit", d.size(&h.BodyLimit)},
 		{"read_timeout", d.duration(&h.ReadTimeout)},
 		{"write_timeout", d.duration(&h.WriteTimeout)},

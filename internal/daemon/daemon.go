@@ -283,7 +283,7 @@ func Run(ctx context.Context, o Options) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg := o.Config
-	m := NewMetrics()
+	m := NewMetrics(cfg.Types()...)
 	c, err := Connect(ctx, cfg, log, m, o.RefuseEviction)
 	if err != nil {
 		return err
@@ -306,7 +306,7 @@ func Run(ctx context.Context, o Options) error {
 		return checks
 	}
 	api := NewAPI(APIConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, Ready: ready, Tokens: cfg.HTTP.Tokens,
-		BodyLimit: cfg.HTTP.BodyLimit, Metrics: m, Logger: log})
+		BodyLimit: cfg.HTTP.BodyLimit, Metrics: m, PublicMetrics: cfg.HTTP.PublicMetrics, Logger: log})
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http: listen %s: %w (choose another with --http)", cfg.HTTP.Listen, err)

@@ -94,7 +94,7 @@ func newHostileDaemon(t *testing.T) *hostileDaemon {
 	if h.co, err = debounce.New(debounce.Config{Redis: h.rdb, Publisher: h.pub, Policies: testPolicies, Prefix: hostilePrefix}); err != nil {
 		t.Fatal(err)
 	}
-	api := daemon.NewAPI(daemon.APIConfig{Coalescer: h.co, Publisher: h.pub, BodyLimit: hostileBodyLimit, Metrics: daemon.NewMetrics()})
+	api := daemon.NewAPI(daemon.APIConfig{Coalescer: h.co, Publisher: h.pub, BodyLimit: hostileBodyLimit, Metrics: daemon.NewMetrics(testTypes()...)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,10 @@ type APIConfig struct {
 	// BatchParallel bounds the decisions of one batch request in flight.
 	BatchParallel int
 	Metrics       *Metrics
+	// PublicMetrics serves /metrics without a token even when Tokens are
+	// set (for a scraper that cannot send one). By default /metrics takes
+	// a token whenever the API does.
+	PublicMetrics bool
 	Logger        *slog.Logger
 }
 
@@ -90,8 +94,10 @@ func errf(status int, code, field, format string, args ...any) *apiError {
 	return &apiError{status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
-// Handler returns the routes. /healthz, /readyz and /metrics are open; every
-// /v1 route needs a bearer token when tokens are configured.
+// Handler returns the routes. When tokens are configured every /v1 route
+// and /metrics (unless PublicMetrics) need a bearer token; /healthz and
+// /readyz stay open for probes, /readyz showing a failing check's error
+// only to a request with a token.
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern, name string, methods []string, h func(w http.ResponseWriter, r *http.Request) *apiError, auth bool) {
@@ -131,7 +137,7 @@ func (a *API) Handler() http.Handler {
 		route("/metrics", "metrics", []string{http.MethodGet}, func(w http.ResponseWriter, r *http.Request) *apiError {
 			metrics.ServeHTTP(w, r)
 			return nil
-		}, false)
+		}, !a.cfg.PublicMetrics)
 	}
 	route("/", "not_found", []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead},
 		func(_ http.ResponseWriter, r *http.Request) *apiError {
@@ -552,10 +558,16 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) *apiError {
 	if a.cfg.Ready != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
+		// A failing check's error names internal addresses: shown only to
+		// a caller the API would serve (anyone, without tokens).
+		details := a.authorized(r)
 		for name, err := range a.cfg.Ready(ctx) {
 			checks[name] = "ok"
-			if err != nil {
+			switch {
+			case err != nil && details:
 				checks[name], ready = err.Error(), false
+			case err != nil:
+				checks[name], ready = "failing", false
 			}
 		}
 	}

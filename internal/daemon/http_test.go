@@ -29,6 +29,15 @@ var testPolicies = []debounce.Policy{
 	{Type: "notify", Mode: debounce.ModeDedup, Fail: debounce.FailClosed},
 }
 
+// testTypes are testPolicies' job types, the ones the metrics may name.
+func testTypes() []string {
+	var out []string
+	for _, p := range testPolicies {
+		out = append(out, p.Type)
+	}
+	return out
+}
+
 type apiFixture struct {
 	srv   *httptest.Server
 	co    *debounce.Coalescer
@@ -39,6 +48,12 @@ type apiFixture struct {
 // newAPI serves the API on a private redis-server and an embedded NATS.
 func newAPI(t *testing.T, tokens ...string) *apiFixture {
 	t.Helper()
+	return newAPIWith(t, nil, tokens...)
+}
+
+// newAPIWith is newAPI with the API's configuration changed by mut.
+func newAPIWith(t *testing.T, mut func(*daemon.APIConfig), tokens ...string) *apiFixture {
+	t.Helper()
 	f := &apiFixture{redis: testenv.NewRedis(t)}
 	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr, DisableIdentity: true, MaxRetries: -1, DialTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
@@ -47,12 +62,16 @@ func newAPI(t *testing.T, tokens ...string) *apiFixture {
 	if f.pub, err = publisher.New(context.Background(), js, nil); err != nil {
 		t.Fatal(err)
 	}
-	m := daemon.NewMetrics()
+	m := daemon.NewMetrics(testTypes()...)
 	if f.co, err = debounce.New(debounce.Config{Redis: rdb, Publisher: f.pub, Policies: testPolicies, Hooks: m.DebounceHooks()}); err != nil {
 		t.Fatal(err)
 	}
-	api := daemon.NewAPI(daemon.APIConfig{Coalescer: f.co, Publisher: f.pub, Tokens: tokens, BodyLimit: 4096, Metrics: m,
-		Ready: func(ctx context.Context) map[string]error { return map[string]error{"redis": rdb.Ping(ctx).Err()} }})
+	cfg := daemon.APIConfig{Coalescer: f.co, Publisher: f.pub, Tokens: tokens, BodyLimit: 4096, Metrics: m,
+		Ready: func(ctx context.Context) map[string]error { return map[string]error{"redis": rdb.Ping(ctx).Err()} }}
+	if mut != nil {
+		mut(&cfg)
+	}
+	api := daemon.NewAPI(cfg)
 	f.srv = httptest.NewServer(api.Handler())
 	t.Cleanup(f.srv.Close)
 	return f
@@ -282,10 +301,43 @@ func TestBearerTokens(t *testing.T) {
 	if code, body := f.do(t, "POST", "/v1/events", ev, "Authorization", "Bearer other"); code != 200 {
 		t.Errorf("right token: %d %s", code, body)
 	}
-	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, _ := f.do(t, "GET", path, ""); code != 200 {
 			t.Errorf("GET %s: %d, want 200 without a token", path, code)
 		}
+	}
+	// With tokens set, /metrics takes one too (it names every job type and
+	// counts every outcome); PublicMetrics opens it for a scraper that
+	// cannot send one.
+	if code, _ := f.do(t, "GET", "/metrics", ""); code != 401 {
+		t.Errorf("GET /metrics without a token: %d, want 401", code)
+	}
+	if code, _ := f.do(t, "GET", "/metrics", "", "Authorization", "Bearer s3cret"); code != 200 {
+		t.Errorf("GET /metrics with a token: %d, want 200", code)
+	}
+	open := newAPIWith(t, func(c *daemon.APIConfig) { c.PublicMetrics = true }, "s3cret")
+	if code, _ := open.do(t, "GET", "/metrics", ""); code != 200 {
+		t.Errorf("GET /metrics without a token, PublicMetrics: %d, want 200", code)
+	}
+}
+
+// TestReadyzShowsDetailsOnlyWithAToken: /readyz is open (probes send no
+// token), but a failing check's error names internal addresses; with tokens
+// set, only an authorized request sees it.
+func TestReadyzShowsDetailsOnlyWithAToken(t *testing.T) {
+	t.Parallel()
+	f := newAPI(t, "s3cret")
+	f.redis.Stop()
+	code, body := f.do(t, "GET", "/readyz", "")
+	if code != 503 || !bytes.Contains(body, []byte(`"redis":"failing"`)) {
+		t.Errorf("readyz without a token, Redis down: %d %s", code, body)
+	}
+	if bytes.Contains(body, []byte("127.0.0.1")) || bytes.Contains(body, []byte("dial")) {
+		t.Errorf("readyz shows the error to anyone: %s", body)
+	}
+	code, body = f.do(t, "GET", "/readyz", "", "Authorization", "Bearer s3cret")
+	if code != 503 || !bytes.Contains(body, []byte("127.0.0.1")) {
+		t.Errorf("readyz with a token, Redis down: %d %s (want the error)", code, body)
 	}
 }
 
@@ -388,5 +440,45 @@ func TestNoHTMLEscaping(t *testing.T) {
 	secured := newAPI(t, "s3cret")
 	if code, body := secured.do(t, "POST", "/v1/events", `{}`); code != 401 || !bytes.Contains(body, []byte("Bearer <token>")) {
 		t.Errorf("401: %d %s, want it to read Bearer <token>", code, body)
+	}
+}
+
+// TestMetricsNameOnlyConfiguredTypes: the job type of an event is the
+// caller's to choose, so it must not become a label value. Events of
+// unknown and invalid types, 1 KB each, are counted under type="_unknown";
+// /metrics names no such type and stays small.
+func TestMetricsNameOnlyConfiguredTypes(t *testing.T) {
+	t.Parallel()
+	f := newAPI(t)
+	for i := range 60 {
+		typ := fmt.Sprintf("%s%04d", strings.Repeat("x", 1000), i)
+		if i%2 == 1 {
+			typ = fmt.Sprintf("bad type! %s %d", strings.Repeat("y", 1000), i)
+		}
+		body, _ := json.Marshal(map[string]any{"type": typ, "args": map[string]any{"n": i}})
+		if code, out := f.do(t, "POST", "/v1/events", string(body)); code != 400 {
+			t.Fatalf("event of type %.20q...: %d %s, want 400", typ, code, out)
+		}
+	}
+	if code, out := f.do(t, "POST", "/v1/events", `{"type":"recompute","args":{"tenant_id":1}}`); code != 200 {
+		t.Fatalf("a configured type: %d %s", code, out)
+	}
+	code, metrics := f.do(t, "GET", "/metrics", "")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	if bytes.Contains(metrics, []byte("xxxxxxxx")) || bytes.Contains(metrics, []byte("yyyyyyyy")) {
+		t.Errorf("/metrics names a caller's unknown job type")
+	}
+	for _, want := range []string{
+		`coalesce_events_total{outcome="error",type="_unknown"} 60`,
+		`coalesce_events_total{outcome="scheduled",type="recompute"} 1`,
+	} {
+		if !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if len(metrics) > 64<<10 {
+		t.Errorf("/metrics is %d bytes after 60 events", len(metrics))
 	}
 }

@@ -30,12 +30,23 @@ type Metrics struct {
 	http          *prometheus.CounterVec
 	reaper        *prometheus.CounterVec
 	mismatch      *prometheus.CounterVec
+
+	types map[string]bool // the job types a label may name
 }
 
+// UnknownType is the type label of every job type the metrics were not
+// given: an event's type is its sender's to choose, and a label value per
+// type would let any caller grow /metrics without bound.
+const UnknownType = "_unknown"
+
 // NewMetrics registers every series on a new registry (plus Go and process
-// collectors).
-func NewMetrics() *Metrics {
-	m := &Metrics{Registry: prometheus.NewRegistry()}
+// collectors). types are the job types the series may name (the configured
+// policies, a worker's types); any other is counted as UnknownType.
+func NewMetrics(types ...string) *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry(), types: make(map[string]bool, len(types))}
+	for _, t := range types {
+		m.types[t] = true
+	}
 	f := func(c prometheus.Collector) { m.Registry.MustRegister(c) }
 	m.events = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_events_total",
 		Help: "Events decided, by job type and outcome (scheduled, coalesced, extended, published, throttled, duplicate, bypassed, error)."}, []string{"type", "outcome"})
@@ -78,6 +89,14 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// typ is the label value of a job type.
+func (m *Metrics) typ(jobType string) string {
+	if m.types[jobType] {
+		return jobType
+	}
+	return UnknownType
+}
+
 // DebounceHooks feed the decision, store and release series.
 func (m *Metrics) DebounceHooks() debounce.Hooks {
 	return debounce.Hooks{
@@ -86,17 +105,17 @@ func (m *Metrics) DebounceHooks() debounce.Hooks {
 			if err != nil {
 				outcome = "error"
 			}
-			m.events.WithLabelValues(jobType, outcome).Inc()
-			m.decision.WithLabelValues(jobType).Observe(took.Seconds())
+			m.events.WithLabelValues(m.typ(jobType), outcome).Inc()
+			m.decision.WithLabelValues(m.typ(jobType)).Observe(took.Seconds())
 		},
 		StoreError: func(jobType string, fail debounce.FailMode, _ error) {
-			m.storeErrors.WithLabelValues(jobType, string(fail)).Inc()
+			m.storeErrors.WithLabelValues(m.typ(jobType), string(fail)).Inc()
 		},
-		PublishError: func(jobType string, _ error) { m.publishErrors.WithLabelValues(jobType).Inc() },
+		PublishError: func(jobType string, _ error) { m.publishErrors.WithLabelValues(m.typ(jobType)).Inc() },
 		Release: func(jobType string, r debounce.ReleaseResult, _ debounce.Summary) {
-			m.releases.WithLabelValues(jobType, string(r)).Inc()
+			m.releases.WithLabelValues(m.typ(jobType), string(r)).Inc()
 		},
-		LayoutMismatch: func(jobType string) { m.mismatch.WithLabelValues(jobType).Inc() },
+		LayoutMismatch: func(jobType string) { m.mismatch.WithLabelValues(m.typ(jobType)).Inc() },
 	}
 }
 
@@ -112,19 +131,19 @@ func (m *Metrics) OnPublish(info publisher.PublishInfo) {
 	case info.Scheduled:
 		kind = "schedule"
 	}
-	m.publishes.WithLabelValues(info.JobType, kind).Inc()
+	m.publishes.WithLabelValues(m.typ(info.JobType), kind).Inc()
 }
 
 // WorkerHooks feed the job, round and guard series.
 func (m *Metrics) WorkerHooks() worker.Hooks {
 	return worker.Hooks{
 		Job: func(jobType, result string, _ debounce.ReleaseResult, _ time.Duration) {
-			m.jobs.WithLabelValues(jobType, result).Inc()
+			m.jobs.WithLabelValues(m.typ(jobType), result).Inc()
 		},
 		RoundAge: func(jobType string, age time.Duration, events int) {
-			m.roundAge.WithLabelValues(jobType).Observe(age.Seconds())
-			m.roundEvents.WithLabelValues(jobType).Observe(float64(events))
+			m.roundAge.WithLabelValues(m.typ(jobType)).Observe(age.Seconds())
+			m.roundEvents.WithLabelValues(m.typ(jobType)).Observe(float64(events))
 		},
-		Guard: func(jobType string, r worker.GuardResult) { m.guard.WithLabelValues(jobType, string(r)).Inc() },
+		Guard: func(jobType string, r worker.GuardResult) { m.guard.WithLabelValues(m.typ(jobType), string(r)).Inc() },
 	}
 }

@@ -75,7 +75,7 @@ func run() error {
 	}
 	defer f.Close()
 
-	m := daemon.NewMetrics()
+	m := daemon.NewMetrics(cfg.Types()...)
 	conns, err := daemon.Connect(ctx, cfg, log, m, false)
 	if err != nil {
 		return err
