@@ -106,7 +106,7 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		return err
 	}
 	localDaemonServers(cfg)
-	m := daemon.NewMetrics(cfg.Types()...)
+	m := daemon.NewMetrics(append(cfg.Types(), types...)...)
 	conns, err := daemon.Connect(ctx, cfg, log, m, false)
 	if err != nil {
 		return err

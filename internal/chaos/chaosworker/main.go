@@ -75,7 +75,7 @@ func run() error {
 	}
 	defer f.Close()
 
-	m := daemon.NewMetrics(cfg.Types()...)
+	m := daemon.NewMetrics(append(cfg.Types(), strings.Split(*types, ",")...)...)
 	conns, err := daemon.Connect(ctx, cfg, log, m, false)
 	if err != nil {
 		return err
