@@ -346,8 +346,11 @@ func submitError(err error) *apiError {
 			return errf(http.StatusBadRequest, code, field, "%s", msg)
 		}
 		field := "args"
-		if strings.HasPrefix(msg, "key:") {
+		switch {
+		case strings.HasPrefix(msg, "key:"):
 			field = "key"
+		case strings.HasPrefix(msg, "traceparent:"):
+			return errf(http.StatusBadRequest, "invalid_traceparent", "traceparent", "%s", msg)
 		}
 		return errf(http.StatusBadRequest, "invalid_event", field, "%s", msg)
 	case errors.Is(err, debounce.ErrStoreUnavailable):

@@ -156,7 +156,9 @@ func (in *Ingest) onRequest(m *nats.Msg) {
 func (in *Ingest) decide(ctx context.Context, subject, jobType string, data []byte, tp string) ([]byte, bool) {
 	ev, err := eventFrom(subject, jobType, data)
 	if err == nil {
-		if ev.TraceParent == "" {
+		// A header that is not W3C trace context is ignored, as HTTP
+		// does: the event is not the header's to refuse.
+		if ev.TraceParent == "" && debounce.ValidTraceParent(tp) {
 			ev.TraceParent = tp
 		}
 		var d debounce.Decision

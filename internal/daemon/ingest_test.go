@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/daemon"
@@ -171,6 +174,60 @@ func TestDurableIngestSurvivesItsConsumerGoing(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the event stored after the consumer went was never decided")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestBadTraceparentHeaderOverNATS: a traceparent header that is not W3C is
+// ignored, as HTTP ignores it, on both NATS paths. It was copied into the
+// event unchecked: Submit refused the event, request/reply answered
+// invalid_event, and the durable intake discarded a stored event for a
+// header.
+func TestBadTraceparentHeaderOverNATS(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	nc, js := srv.Connect(t)
+	ctx := context.Background()
+	pub, err := publisher.New(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := debounce.New(debounce.Config{Redis: testenv.SharedRedis(t).Client(t), Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := daemon.StartIngest(ctx, daemon.IngestConfig{Conn: nc, JetStream: js, Coalescer: co, Prefix: "co", Requests: true, Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Stop()
+	for _, tp := range []string{"not-a-trace", "00-" + strings.Repeat("a", 300), "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01"} {
+		m := nats.NewMsg("co.events.recompute")
+		m.Header.Set("traceparent", tp)
+		m.Data = []byte(`{"args":{"tenant_id":31}}`)
+		reply, err := nc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(reply.Data, []byte(`"outcome":`)) {
+			t.Errorf("request with traceparent %.20q: %s, want a decision", tp, reply.Data)
+		}
+	}
+	m := nats.NewMsg("co.ingest.recompute")
+	m.Header.Set("traceparent", "not-a-trace")
+	m.Data = []byte(`{"args":{"tenant_id":32}}`)
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := co.RoundKeyOf(debounce.Event{Type: "recompute", Args: json.RawMessage(`{"tenant_id":32}`)})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, found, _ := co.Inspect(ctx, "recompute", key); found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stored event with a bad traceparent header was never decided")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
