@@ -91,7 +91,9 @@ type Coalescer struct {
 	hooks    Hooks
 	batch    *batcher // nil: unbatched
 	maxAge   time.Duration
-	overdue  overdueSet // packed rounds whose identity this process wrote
+	// streamAge is the Publisher's stream MaxAge, 0 when it cannot tell.
+	streamAge time.Duration
+	overdue   overdueSet // packed rounds whose identity this process wrote
 	// mismatched: job types whose events met a round of the other layout
 	// (logged once each).
 	mismatched sync.Map
@@ -167,6 +169,9 @@ func New(cfg Config) (*Coalescer, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := c.checkDelay(cp); err != nil {
+			return nil, err
+		}
 		if _, dup := c.policies[cp.Type]; dup {
 			return nil, &PolicyError{Type: cp.Type, Field: "type", Msg: "two policies for this job type; keep one"}
 		}
@@ -190,7 +195,31 @@ func (c *Coalescer) setMaxAge(want time.Duration) error {
 		return fmt.Errorf("%w: the stream keeps jobs %v, longer than the %v a round may wait", ErrInvalidPolicy, stream, MaxMaxAge)
 	}
 	c.maxAge = cmp.Or(want, stream, DefaultMaxAge)
+	c.streamAge = stream
 	return nil
+}
+
+// checkDelay refuses a policy whose schedules wait longer than the stream
+// keeps a message: the schedule would expire before it fires, and its round
+// would never run.
+func (c *Coalescer) checkDelay(p *compiled) error {
+	if c.streamAge == 0 {
+		return nil // a Publisher with no stream limit it can tell
+	}
+	delay, field := p.latestDue(), "window"
+	switch {
+	case p.Mode == ModeDedup:
+		return nil // published at once
+	case p.Extend:
+		field = "max_wait"
+	case p.Mode == ModeThrottle && !p.Trailing:
+		return nil
+	}
+	if delay < c.streamAge {
+		return nil
+	}
+	return &PolicyError{Type: p.Type, Field: field, Msg: fmt.Sprintf(
+		"its job is scheduled up to %v ahead, but the stream keeps a message %v: the schedule would expire before it fires; raise the stream's MaxAge (nats.max_age) or shorten %s", delay, c.streamAge, field)}
 }
 
 // MaxAge is how long a round lives past its latest due time (Config.MaxAge).

@@ -1,6 +1,7 @@
 package debounce_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -110,8 +111,31 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	if _, err := debounce.New(debounce.Config{Redis: rdb, Policies: two}); err == nil || !strings.Contains(err.Error(), "two policies") {
 		t.Errorf("two policies for one type: %v", err)
 	}
+	// A schedule must fire before the stream drops it: the stream's MaxAge
+	// (the Publisher's) must exceed every policy's longest delay.
+	short := maxAgePublisher(2 * time.Minute)
+	for _, p := range []debounce.Policy{
+		{Type: "w", Mode: debounce.ModeDebounce, Window: 3 * time.Minute},
+		{Type: "x", Mode: debounce.ModeDebounce, Window: time.Minute, Extend: true, MaxWait: 2 * time.Minute},
+		{Type: "th", Mode: debounce.ModeThrottle, Window: 5 * time.Minute, Trailing: true},
+	} {
+		_, err := debounce.New(debounce.Config{Redis: rdb, Publisher: short, Policies: []debounce.Policy{p}})
+		if !errors.Is(err, debounce.ErrInvalidPolicy) || !strings.Contains(err.Error(), "the stream keeps a message 2m0s") {
+			t.Errorf("policy %s with a delay beyond the stream's MaxAge: %v", p.Type, err)
+		}
+	}
+	ok := []debounce.Policy{{Type: "w", Mode: debounce.ModeDebounce, Window: 30 * time.Second}, {Type: "d", Mode: debounce.ModeDedup}}
+	if _, err := debounce.New(debounce.Config{Redis: rdb, Publisher: short, Policies: ok}); err != nil {
+		t.Errorf("delays within the stream's MaxAge: %v", err)
+	}
 	bad := []debounce.Policy{{Type: "t", Mode: debounce.ModeDebounce}}
 	if _, err := debounce.New(debounce.Config{Redis: rdb, Policies: bad}); err == nil || err.Error() != "policy t: window: required: how long to wait for more events, e.g. window: 30s" {
 		t.Errorf("bad policy: %v", err)
 	}
 }
+
+// maxAgePublisher publishes nothing and says its stream keeps messages d.
+type maxAgePublisher time.Duration
+
+func (maxAgePublisher) Publish(context.Context, debounce.Job) error { return nil }
+func (m maxAgePublisher) MaxAge() time.Duration                     { return time.Duration(m) }
