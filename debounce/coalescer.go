@@ -57,6 +57,20 @@ type Config struct {
 // maxAger is a Publisher that knows how long its stream keeps a job.
 type maxAger interface{ MaxAge() time.Duration }
 
+// sizer is a Publisher with a largest message: an event whose job would
+// exceed it is refused before anything is reserved.
+type sizer interface {
+	// MaxPayload is the largest message in bytes, headers included.
+	MaxPayload() int64
+	// JobFits returns nil, or an error wrapping ErrJobTooLarge.
+	JobFits(job Job) error
+}
+
+// sizeCheckMargin: events whose args and trace context come within this of
+// the Publisher's MaxPayload have their job measured (headers never take
+// this much); smaller ones cost nothing.
+const sizeCheckMargin = 8 << 10
+
 // DefaultDueSlack is how early a round may be released at start.
 const DefaultDueSlack = 100 * time.Millisecond
 
@@ -93,6 +107,7 @@ type Coalescer struct {
 	maxAge   time.Duration
 	// streamAge is the Publisher's stream MaxAge, 0 when it cannot tell.
 	streamAge time.Duration
+	sizer     sizer      // the Publisher, if it has a largest message
 	overdue   overdueSet // packed rounds whose identity this process wrote
 	// mismatched: job types whose events met a round of the other layout
 	// (logged once each).
@@ -154,6 +169,7 @@ func New(cfg Config) (*Coalescer, error) {
 	if err := c.setMaxAge(cfg.MaxAge); err != nil {
 		return nil, err
 	}
+	c.sizer, _ = c.pub.(sizer)
 
 	if clientRetries(c.rdb) {
 		c.log.Warn("the Redis client resends commands whose reply was lost (MaxRetries); set MaxRetries: -1, or a resent opening can reopen a round that already ran")
@@ -292,8 +308,8 @@ func (c *Coalescer) Policies() []Policy {
 // Submit decides what to do with one event in one Redis round trip: open a
 // round (and publish it), join the pending one, or drop it by design. The
 // outcome is in the Decision; an error means the event was not accepted:
-// ErrInvalidEvent, ErrNoPolicy, ErrStoreUnavailable (fail closed), ErrPublish,
-// or the context's error.
+// ErrInvalidEvent, ErrNoPolicy, ErrJobTooLarge, ErrStoreUnavailable (fail
+// closed), ErrPublish, or the context's error.
 func (c *Coalescer) Submit(ctx context.Context, ev Event) (Decision, error) {
 	start := time.Now()
 	d, err := c.submit(ctx, ev)
@@ -375,6 +391,11 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 	job := Job{
 		Type: p.Type, Key: key, Fingerprint: fp, Mode: p.Mode, Payload: p.Payload,
 		Args: ev.Args, TTL: p.lifetime(), TraceParent: ev.TraceParent,
+	}
+	if c.sizer != nil && int64(len(ev.Args)+len(ev.TraceParent)+sizeCheckMargin) >= c.sizer.MaxPayload() {
+		if err := c.sizer.JobFits(job); err != nil {
+			return d, err
+		}
 	}
 	r, err := c.open(ctx, p, job, now, item, p.hash)
 	if isWrongType(err) {

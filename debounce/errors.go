@@ -18,6 +18,10 @@ var (
 	// of the event joins it and publishes it again (idempotently), and the
 	// reaper settles it by looking for its message.
 	ErrMaybePublished = errors.New("debounce: the publish may have landed")
+	// ErrJobTooLarge: the event's job would not fit one message of the
+	// Publisher's transport (NATS max payload): it can never be published,
+	// so retrying is pointless. Nothing is reserved.
+	ErrJobTooLarge = errors.New("debounce: job too large for one message")
 	// ErrInvalidPolicy: a policy cannot be used (see PolicyError).
 	ErrInvalidPolicy = errors.New("debounce: invalid policy")
 	// ErrNoPolicy: no policy is configured for the event's job type.

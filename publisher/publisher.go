@@ -193,6 +193,53 @@ func (p *Publisher) Message(job debounce.Job, now time.Time) (*nats.Msg, error) 
 	return m, nil
 }
 
+// jobSlack is room kept in a message for the headers a reschedule, a
+// retry or a dead letter adds to a job.
+const jobSlack = 1 << 10
+
+// MaxPayload is the largest message the NATS server takes, headers
+// included (its max_payload); 0 when not connected.
+func (p *Publisher) MaxPayload() int64 { return p.js.Conn().MaxPayload() }
+
+// JobFits returns nil when job makes a message within the server's max
+// payload, with room for the headers a reschedule or a dead letter adds;
+// else an error wrapping debounce.ErrJobTooLarge with both sizes. The
+// Coalescer asks before it reserves a round for a large event.
+func (p *Publisher) JobFits(job debounce.Job) error {
+	limit := p.MaxPayload()
+	if limit <= 0 {
+		return nil // not connected: the publish will say
+	}
+	now := time.Now()
+	probe := job // the longest headers the job can get
+	probe.Token, probe.Version, probe.OpenedAt = ^debounce.Token(0), 1<<30, now
+	if probe.DueAt.IsZero() {
+		probe.DueAt = now.Add(time.Hour)
+	}
+	m, err := p.Message(probe, now)
+	if err != nil {
+		return nil // refused by the publish itself, with its own error
+	}
+	size := int64(len(m.Data) + headerSize(m.Header) + jobSlack)
+	if size <= limit {
+		return nil
+	}
+	return fmt.Errorf("%w: a %s job of about %d bytes (args %d) is over the NATS server's max payload of %d bytes; send smaller args (ids, not documents) or raise max_payload",
+		debounce.ErrJobTooLarge, job.Type, size, len(job.Args), limit)
+}
+
+// headerSize is the size of h on the wire (NATS/1.0 status line, a line
+// per value, the blank line).
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
+}
+
 func validateJob(job debounce.Job) error {
 	if err := validateJobType(job.Type); err != nil {
 		return err
@@ -262,6 +309,10 @@ func (p *Publisher) finish(ctx context.Context, job debounce.Job, m *nats.Msg, a
 		// An attempt was sent and never answered: it may be stored.
 		err = fmt.Errorf("%w: %w: %s round %s version %d on %s after %d attempts: %w",
 			ErrPublish, debounce.ErrMaybePublished, job.Type, job.Token, job.Version, m.Subject, attempts, uncertain.err)
+	case errors.Is(err, nats.ErrMaxPayload):
+		// It can never be stored: not a failure to retry.
+		err = fmt.Errorf("%w: %w: %s round %s: a message of %d bytes (args %d) is over the NATS server's max payload of %d bytes: %w",
+			ErrPublish, debounce.ErrJobTooLarge, job.Type, job.Token, len(m.Data)+headerSize(m.Header), len(m.Data), p.MaxPayload(), err)
 	case err != nil:
 		err = fmt.Errorf("%w: %s round %s version %d on %s after %d attempts: %w",
 			ErrPublish, job.Type, job.Token, job.Version, m.Subject, attempts, err)

@@ -3,6 +3,7 @@ package publisher_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -620,4 +621,39 @@ func TestRescheduleToNow(t *testing.T) {
 		t.Fatalf("fired version %s, want 1", v)
 	}
 	col.quietUntil(t, 1, job.DueAt.Add(2*time.Second)) // the version 0 schedule was replaced
+}
+
+// TestJobTooLarge: a job over the server's max payload can never be stored.
+// JobFits says so before anything is reserved, Publish fails at once with
+// ErrJobTooLarge (one attempt, not five), and a job just within the limit
+// (less the room kept for reschedule and dead-letter headers) fits.
+func TestJobTooLarge(t *testing.T) {
+	t.Parallel()
+	p, _ := newPublisher(t, nil)
+	limit := p.MaxPayload()
+	if limit < 1<<16 {
+		t.Fatalf("MaxPayload %d", limit)
+	}
+	arg := func(n int) json.RawMessage { return json.RawMessage(`"` + strings.Repeat("a", n-2) + `"`) }
+	big := testJob(t, "big", time.Now().Add(time.Hour))
+	big.Args = arg(int(limit))
+	if err := p.JobFits(big); !errors.Is(err, debounce.ErrJobTooLarge) || !strings.Contains(err.Error(), "max payload of") {
+		t.Errorf("JobFits of a job over max payload: %v", err)
+	}
+	start := time.Now()
+	err := p.Publish(testCtx(t), big)
+	if !errors.Is(err, debounce.ErrJobTooLarge) || !errors.Is(err, publisher.ErrPublish) {
+		t.Errorf("Publish of a job over max payload: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Publish took %v to refuse it", d)
+	}
+	fits := testJob(t, "big", time.Now().Add(time.Hour))
+	fits.Args = arg(int(limit) - 4<<10)
+	if err := p.JobFits(fits); err != nil {
+		t.Errorf("JobFits of a job 4 KiB under max payload: %v", err)
+	}
+	if err := p.Publish(testCtx(t), fits); err != nil {
+		t.Errorf("Publish of a job JobFits accepts: %v", err)
+	}
 }

@@ -335,6 +335,8 @@ func submitError(err error) *apiError {
 		return ae
 	case errors.Is(err, debounce.ErrNoPolicy):
 		return errf(http.StatusNotFound, "no_policy", "type", "%v; see GET /v1/policies", err)
+	case errors.Is(err, debounce.ErrJobTooLarge):
+		return errf(http.StatusRequestEntityTooLarge, "job_too_large", "args", "%s", strings.TrimPrefix(err.Error(), debounce.ErrJobTooLarge.Error()+": "))
 	case errors.Is(err, debounce.ErrInvalidEvent):
 		msg := strings.TrimPrefix(err.Error(), debounce.ErrInvalidEvent.Error()+": ")
 		if errors.As(err, &fe) {

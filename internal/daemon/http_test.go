@@ -482,3 +482,27 @@ func TestMetricsNameOnlyConfiguredTypes(t *testing.T) {
 		t.Errorf("/metrics is %d bytes after 60 events", len(metrics))
 	}
 }
+
+// TestJobOverNATSMaxPayload: an event within the body limit can make a job
+// over the NATS server's max payload (1 MB here). That can never succeed,
+// so it is a 413 naming the sizes, not a 503 "retry later", and it leaves no
+// round behind.
+func TestJobOverNATSMaxPayload(t *testing.T) {
+	t.Parallel()
+	f := newAPIWith(t, func(c *daemon.APIConfig) { c.BodyLimit = 4 << 20 })
+	big := strings.Repeat("a", 1200<<10)
+	code, body := f.do(t, "POST", "/v1/events", `{"type":"recompute","args":{"tenant_id":9,"blob":"`+big+`"}}`)
+	var e errBody
+	_ = json.Unmarshal(body, &e)
+	if code != 413 || e.Error.Code != "job_too_large" || e.Error.Field != "args" || !strings.Contains(e.Error.Message, "max payload") {
+		t.Errorf("an event whose job is over max payload: %d %.300s, want 413 job_too_large on args", code, body)
+	}
+	key, _ := f.co.RoundKeyOf(debounce.Event{Type: "recompute", Args: json.RawMessage(`{"tenant_id":9}`)})
+	if _, found, err := f.co.Inspect(context.Background(), "recompute", key); found || err != nil {
+		t.Errorf("a round was left behind (found %v, %v)", found, err)
+	}
+	// The same key still takes an event that fits.
+	if code, body := f.do(t, "POST", "/v1/events", `{"type":"recompute","args":{"tenant_id":9}}`); code != 200 {
+		t.Errorf("a fitting event after it: %d %s", code, body)
+	}
+}
