@@ -101,9 +101,9 @@ func (p *Publisher) provision(ctx context.Context) error {
 // AllowMsgSchedules.
 func (p *Publisher) ensureStream(ctx context.Context) error {
 	sc := p.cfg.streamConfig()
-	s, err := p.js.CreateOrUpdateStream(ctx, sc)
+	s, err := Provision(ctx, p.js, sc)
 	if err != nil {
-		return fmt.Errorf("%w: stream %s: %w", ErrProvision, sc.Name, err)
+		return err
 	}
 	p.stream = s
 	info := s.CachedInfo()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -655,5 +656,71 @@ func TestJobTooLarge(t *testing.T) {
 	}
 	if err := p.Publish(testCtx(t), fits); err != nil {
 		t.Errorf("Publish of a job JobFits accepts: %v", err)
+	}
+}
+
+// TestProvisionKeepsTheOperatorsSettings: New on a stream an operator has
+// edited keeps what it does not own (extra subjects, a description,
+// compression, more replicas than configured) and refuses, leaving the
+// stream as it was, a limit under which JetStream would drop pending
+// schedules to make room (max messages, bytes, messages per subject: the
+// only discard policy schedules allow is discard-old). It used to replace
+// the whole configuration, removing them.
+func TestProvisionKeepsTheOperatorsSettings(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	t.Run("kept", func(t *testing.T) {
+		t.Parallel()
+		_, js := testenv.NATS(t).Connect(t)
+		if _, err := publisher.New(ctx, js, nil); err != nil {
+			t.Fatal(err)
+		}
+		s, _ := js.Stream(ctx, publisher.DefaultStream)
+		c := s.CachedInfo().Config
+		c.Subjects = append(c.Subjects, "ops.audit.>")
+		c.Description = "edited by ops"
+		c.Compression = jetstream.S2Compression
+		if _, err := js.UpdateStream(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := publisher.New(ctx, js, &publisher.Config{Duplicates: 2 * time.Minute}); err != nil {
+			t.Fatalf("New on the edited stream: %v", err)
+		}
+		s, _ = js.Stream(ctx, publisher.DefaultStream)
+		got := s.CachedInfo().Config
+		if !slices.Contains(got.Subjects, "ops.audit.>") || !slices.Contains(got.Subjects, "co.run.>") ||
+			got.Description != "edited by ops" || got.Compression != jetstream.S2Compression || got.Duplicates != 2*time.Minute {
+			t.Errorf("after New: subjects %v, description %q, compression %v, duplicates %v", got.Subjects, got.Description, got.Compression, got.Duplicates)
+		}
+	})
+	for _, lim := range []struct {
+		name string
+		set  func(*jetstream.StreamConfig)
+	}{
+		{"max_msgs", func(c *jetstream.StreamConfig) { c.MaxMsgs = 2 }},
+		{"max_bytes", func(c *jetstream.StreamConfig) { c.MaxBytes = 1 << 20 }},
+		{"max_msgs_per_subject", func(c *jetstream.StreamConfig) { c.MaxMsgsPerSubject = 5 }},
+	} {
+		t.Run(lim.name, func(t *testing.T) {
+			t.Parallel()
+			_, js := testenv.NATS(t).Connect(t)
+			if _, err := publisher.New(ctx, js, nil); err != nil {
+				t.Fatal(err)
+			}
+			s, _ := js.Stream(ctx, publisher.DefaultStream)
+			c := s.CachedInfo().Config
+			lim.set(&c)
+			if _, err := js.UpdateStream(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			_, err := publisher.New(ctx, js, nil)
+			if !errors.Is(err, publisher.ErrProvision) || !strings.Contains(err.Error(), lim.name) || !strings.Contains(err.Error(), "drop") {
+				t.Fatalf("New on a stream with %s: %v, want ErrProvision naming it", lim.name, err)
+			}
+			s, _ = js.Stream(ctx, publisher.DefaultStream)
+			if after := s.CachedInfo().Config; !reflect.DeepEqual(after, c) {
+				t.Errorf("the refusal changed the stream:\n%+v\nwas\n%+v", after, c)
+			}
+		})
 	}
 }
