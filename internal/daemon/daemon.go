@@ -325,7 +325,7 @@ func Run(ctx context.Context, o Options) error {
 
 	in, err := StartIngest(ctx, IngestConfig{Conn: c.NATS, JetStream: c.JetStream, Coalescer: c.Coalescer,
 		Prefix: c.Publisher.Subjects().Prefix, Requests: cfg.NATS.Ingest.Subjects, Durable: cfg.NATS.Ingest.Durable,
-		Stream: cfg.NATS.Ingest.Stream, Metrics: m, Logger: log})
+		Stream: cfg.NATS.Ingest.Stream, Replicas: cfg.NATS.Replicas, Storage: streamStorage(cfg.NATS.Storage), Metrics: m, Logger: log})
 	if err != nil {
 		_ = srv.Close()
 		return err
@@ -379,4 +379,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// streamStorage is nats.storage as JetStream names it.
+func streamStorage(s string) jetstream.StorageType {
+	if s == config.StorageMemory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
 }

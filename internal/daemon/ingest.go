@@ -15,6 +15,7 @@ import (
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/jsread"
+	"github.com/coalesce-io/coalesce/publisher"
 )
 
 // Ingest subjects: <prefix>.events.<type> answers each request with the
@@ -40,9 +41,14 @@ type IngestConfig struct {
 	Requests  bool   // answer <prefix>.events.<type>
 	Durable   bool   // consume <prefix>.ingest.<type> from a stream
 	Stream    string // DefaultIngestStream
-	Parallel  int    // decisions in flight; default 64
-	Metrics   *Metrics
-	Logger    *slog.Logger
+	// Replicas and Storage of the intake stream (nats.replicas and
+	// nats.storage): 0 is R1 and file. An existing stream keeps more
+	// replicas than these, and an operator's other settings.
+	Replicas int
+	Storage  jetstream.StorageType
+	Parallel int // decisions in flight; default 64
+	Metrics  *Metrics
+	Logger   *slog.Logger
 }
 
 // Ingest receives events over NATS.
@@ -78,13 +84,13 @@ func StartIngest(ctx context.Context, cfg IngestConfig) (*Ingest, error) {
 		in.sub = sub
 	}
 	if cfg.Durable {
-		if _, err := cfg.JetStream.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		if _, err := publisher.Provision(ctx, cfg.JetStream, jetstream.StreamConfig{
 			Name: cfg.Stream, Subjects: []string{ingestSubject(cfg.Prefix)},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage,
+			Retention: jetstream.WorkQueuePolicy, Storage: cfg.Storage, Replicas: max(1, cfg.Replicas),
 			Description: "coalesce durable event intake",
 		}); err != nil {
 			in.Stop()
-			return nil, fmt.Errorf("ingest: stream %s: %w", cfg.Stream, err)
+			return nil, fmt.Errorf("ingest: %w", err)
 		}
 		it, err := in.open(ctx)
 		if err != nil {

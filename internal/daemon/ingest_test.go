@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/daemon"
@@ -230,5 +231,60 @@ func TestBadTraceparentHeaderOverNATS(t *testing.T) {
 			t.Fatal("the stored event with a bad traceparent header was never decided")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestIngestStreamFollowsTheSettings: the durable intake stream takes
+// nats.replicas and nats.storage, and an operator's R3 intake stream is not
+// scaled down to the configured R1 at start (it was: the stream was
+// provisioned with a fixed R1 file configuration).
+func TestIngestStreamFollowsTheSettings(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewNATSCluster(t, 3)
+	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pub, err := publisher.New(ctx, js, &publisher.Config{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := debounce.New(debounce.Config{Redis: testenv.SharedRedis(t).Client(t), Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(stream string, replicas int, storage jetstream.StorageType) jetstream.StreamConfig {
+		t.Helper()
+		in, err := daemon.StartIngest(ctx, daemon.IngestConfig{Conn: nc, JetStream: js, Coalescer: co, Prefix: "co", Durable: true,
+			Stream: stream, Replicas: replicas, Storage: storage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Stop()
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config
+	}
+	if got := start("INGEST_R3", 3, jetstream.MemoryStorage); got.Replicas != 3 || got.Storage != jetstream.MemoryStorage {
+		t.Errorf("replicas 3, memory: the stream has %d replicas, %v storage", got.Replicas, got.Storage)
+	}
+	// An operator's R3 stream, started with the default R1.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "INGEST_OPS", Subjects: []string{"co.ingest.>"}, Retention: jetstream.WorkQueuePolicy, Replicas: 3}); err == nil {
+		t.Fatal("two streams may not share co.ingest.>: the test is wrong")
+	}
+	if err := js.DeleteStream(ctx, "INGEST_R3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "INGEST_OPS", Subjects: []string{"co.ingest.>"}, Retention: jetstream.WorkQueuePolicy, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := start("INGEST_OPS", 0, 0); got.Replicas != 3 {
+		t.Errorf("an R3 intake stream started with the default replicas: %d replicas now", got.Replicas)
 	}
 }
