@@ -77,18 +77,31 @@ func MergeStream(want, have jetstream.StreamConfig) (jetstream.StreamConfig, err
 	if want.AllowMsgSchedules {
 		m.AllowMsgSchedules, m.AllowRollup, m.Discard = true, true, jetstream.DiscardOld
 	}
-	if m.Discard == jetstream.DiscardOld {
-		for _, l := range []struct {
-			name string
-			v    int64
-		}{{"max_msgs", m.MaxMsgs}, {"max_bytes", m.MaxBytes}, {"max_msgs_per_subject", m.MaxMsgsPerSubject}} {
-			if l.v > 0 {
-				return refuse("%s is %d: at that limit JetStream drops the oldest messages (discard old), pending schedules and stored events with them, and nobody hears of it; remove the limit (nats stream edit %s --%s=-1)",
-					l.name, l.v, want.Name, flagName(l.name))
-			}
-		}
+	if err := CheckDropLimits(m); err != nil {
+		return have, err
 	}
 	return m, nil
+}
+
+// CheckDropLimits returns an ErrProvision naming the first limit under which
+// the stream c drops stored messages to make room (max messages, bytes or
+// messages per subject, with discard-old): pending schedules and stored
+// events would go without a trace. /readyz asks it of the running stream,
+// which an operator may edit after the start.
+func CheckDropLimits(c jetstream.StreamConfig) error {
+	if c.Discard != jetstream.DiscardOld {
+		return nil // discard-new refuses the publish instead: the sender hears of it
+	}
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{{"max_msgs", c.MaxMsgs}, {"max_bytes", c.MaxBytes}, {"max_msgs_per_subject", c.MaxMsgsPerSubject}} {
+		if l.v > 0 {
+			return fmt.Errorf("%w: stream %s: %s is %d: at that limit JetStream drops the oldest messages (discard old), pending schedules and stored events with them, and nobody hears of it; remove the limit (nats stream edit %s --%s=-1)",
+				ErrProvision, c.Name, l.name, l.v, c.Name, flagName(l.name))
+		}
+	}
+	return nil
 }
 
 // flagName is the nats CLI flag of a limit.

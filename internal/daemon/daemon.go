@@ -298,8 +298,12 @@ func Run(ctx context.Context, o Options) error {
 		s, err := c.JetStream.Stream(ctx, c.Publisher.Stream())
 		if err == nil {
 			var si *jetstream.StreamInfo
-			if si, err = s.Info(ctx); err == nil && !si.Config.AllowMsgSchedules {
-				err = publisher.ErrSchedulesDisabled
+			if si, err = s.Info(ctx); err == nil {
+				if !si.Config.AllowMsgSchedules {
+					err = publisher.ErrSchedulesDisabled
+				} else {
+					err = publisher.CheckDropLimits(si.Config)
+				}
 			}
 		}
 		checks["stream"] = err
