@@ -375,7 +375,7 @@ func nested(depth int) string {
 func ndjson(size int) []byte {
 	var b bytes.Buffer
 	for i := 0; b.Len() < size; i++ {
-		fmt.Fprintf(&b, `{"type":"recompute","args":{"tenant_id":%d,"pad":"%s"}}`+"\n", 1000+i, strings.Repeat("p", 200))
+		fmt.Fprintf(&b, `{"type":"recompute","args":{"tenant_id":%d,"pad":"%s"}}`+"\n", 1000+i, strings.Repeat("p", 400))
 	}
 	return b.Bytes()
 }
@@ -439,6 +439,10 @@ func TestHostileHTTP(t *testing.T) {
 			body: []byte(`{"type":"notify","args":{"s":"` + strings.Repeat("x", hostileBodyLimit) + `"}}`), want: answer{413, "too_large", "body is over the 262144-byte limit"}},
 		{name: "NDJSON batch over the limit, chunked", method: "POST", path: "/v1/events:batch", chunked: true,
 			body: ndjson(hostileBodyLimit*daemon.BatchLimitFactor + 1), want: answer{413, "too_large", "body is over the 16777216-byte limit"}},
+		{name: "NDJSON batch over BatchMaxLines", method: "POST", path: "/v1/events:batch",
+			body: bytes.Repeat([]byte("{}\n"), daemon.BatchMaxLines+1), want: answer{413, "batch_too_long", "at most 50000 lines"}},
+		post("a 1 MB job type", `{"type":"`+strings.Repeat("t", 1<<20)+`","args":{}}`, answer{413, "too_large", ""}),
+		post("a 200 KB job type", `{"type":"`+strings.Repeat("t", 200<<10)+`","args":{}}`, bad("invalid_type", "")),
 		{name: "NDJSON batch declaring a length over the limit", method: "POST", path: "/v1/events:batch",
 			header: []string{"Content-Length", "16777217"}, want: answer{413, "too_large", "body of 16777217 bytes is over the 16777216-byte limit"}},
 		{name: "Expect 100-continue with an oversized length", method: "POST", path: "/v1/events",

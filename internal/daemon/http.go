@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,13 @@ const DefaultBodyLimit = 1 << 20
 // BatchLimitFactor: a batch body may be this many times the body limit.
 const BatchLimitFactor = 64
 
+// DefaultBatches is how many batch requests are decided at once.
+const DefaultBatches = 4
+
+// BatchMaxLines bounds the lines of one batch: the lines after it are not
+// decided, and one last answer line says from which line on.
+const BatchMaxLines = 50_000
+
 // APIConfig configures the HTTP API.
 type APIConfig struct {
 	Coalescer *debounce.Coalescer  // required
@@ -41,7 +49,14 @@ type APIConfig struct {
 	BodyLimit int64    // DefaultBodyLimit
 	// BatchParallel bounds the decisions of one batch request in flight.
 	BatchParallel int
-	Metrics       *Metrics
+	// Batches bounds the batch requests in progress (DefaultBatches); more
+	// wait for a slot.
+	Batches int
+	Metrics *Metrics
+	// WriteTimeout is the server's (http.write_timeout): a batch renews it
+	// before it answers, so a batch that takes long to decide is answered
+	// in full. 0: left as the server set it.
+	WriteTimeout time.Duration
 	// PublicMetrics serves /metrics without a token even when Tokens are
 	// set (for a scraper that cannot send one). By default /metrics takes
 	// a token whenever the API does.
@@ -51,9 +66,10 @@ type APIConfig struct {
 
 // API serves HTTP API v1.
 type API struct {
-	cfg    APIConfig
-	tokens [][sha256.Size]byte
-	log    *slog.Logger
+	cfg     APIConfig
+	tokens  [][sha256.Size]byte
+	log     *slog.Logger
+	batches chan struct{} // a slot per batch in progress
 }
 
 // NewAPI returns the API; Handler serves it.
@@ -64,7 +80,10 @@ func NewAPI(cfg APIConfig) *API {
 	if cfg.BatchParallel <= 0 {
 		cfg.BatchParallel = 64
 	}
-	a := &API{cfg: cfg, log: cfg.Logger}
+	if cfg.Batches <= 0 {
+		cfg.Batches = DefaultBatches
+	}
+	a := &API{cfg: cfg, log: cfg.Logger, batches: make(chan struct{}, cfg.Batches)}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -155,6 +174,9 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.code = code
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (deadlines).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
@@ -401,31 +423,185 @@ func (a *API) postEvent(w http.ResponseWriter, r *http.Request) *apiError {
 	return nil
 }
 
-// postBatch decides NDJSON events concurrently and answers NDJSON in the same
-// order, one line per non-blank input line: the decision, or {"error":...}.
-// The whole body is read first (up to BatchLimitFactor times the body limit),
-// so a batch over the limit is refused before any line is decided.
+// postBatch decides NDJSON events and answers NDJSON in the same order, one
+// line per non-blank input line: the decision, or {"error":...}.
+//
+// The body is read first, line by line, into a spool (memory up to
+// spoolInMemory, a temporary file beyond), so a batch over the byte limit
+// (BatchLimitFactor times the body limit) or over BatchMaxLines lines is
+// refused before any line is decided, and what it holds in memory is
+// bounded by the configuration, not by its body: blank lines cost nothing,
+// a line over the body limit is answered too_large in place. The spool is
+// then decided a chunk at a time (batchChunkLines lines, events of one key
+// in line order) and the answers written at the end, the write deadline
+// renewed so a batch that takes longer than the server's write timeout is
+// still answered in full.
 func (a *API) postBatch(w http.ResponseWriter, r *http.Request) *apiError {
-	body, e := readLimited(w, r, a.cfg.BodyLimit*BatchLimitFactor)
-	if e != nil {
-		return e
+	limit := a.cfg.BodyLimit * BatchLimitFactor
+	if r.ContentLength > limit {
+		return errf(http.StatusRequestEntityTooLarge, "too_large", "", "body of %d bytes is over the %d-byte limit", r.ContentLength, limit)
 	}
-	var lines [][]byte
-	for line := range bytes.SplitSeq(body, []byte{'\n'}) {
-		if len(bytes.Trim(line, " \t\r\n")) > 0 { // JSON whitespace only: other spaces are bad lines
-			lines = append(lines, line)
+	select {
+	case a.batches <- struct{}{}:
+		defer func() { <-a.batches }()
+	case <-r.Context().Done():
+		return errf(http.StatusServiceUnavailable, "canceled", "", "the request ended while waiting for a batch slot")
+	}
+	sp := &spool{}
+	defer sp.close()
+	br := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, limit), 64<<10)
+	n := 0 // non-blank lines
+	var tooLarge *http.MaxBytesError
+	for {
+		line, over, err := readLine(br, a.cfg.BodyLimit)
+		if over || len(bytes.Trim(line, " \t\r\n")) > 0 { // JSON whitespace only: other spaces are bad lines
+			if n++; n > BatchMaxLines {
+				return errf(http.StatusRequestEntityTooLarge, "batch_too_long", "", "a batch holds at most %d lines; split it", BatchMaxLines)
+			}
+			if over {
+				line = nil // an empty spool line: over the body limit
+			}
+			if werr := sp.writeLine(line); werr != nil {
+				return errf(http.StatusServiceUnavailable, "spool_failed", "", "cannot hold the batch to decide it: %v", werr)
+			}
+		}
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, io.EOF):
+		case errors.As(err, &tooLarge):
+			return errf(http.StatusRequestEntityTooLarge, "too_large", "", "body is over the %d-byte limit", limit)
+		default:
+			return errf(http.StatusBadRequest, "bad_body", "", "reading the body: %v", err)
+		}
+		break
+	}
+	var answers bytes.Buffer
+	src, err := sp.reader()
+	if err != nil {
+		return errf(http.StatusServiceUnavailable, "spool_failed", "", "cannot read the batch back: %v", err)
+	}
+	sr := bufio.NewReaderSize(src, 64<<10)
+	var chunk [][]byte
+	chunkBytes := int64(0)
+	decide := func() {
+		for _, ans := range a.decideBatch(r, chunk) {
+			answers.Write(ans)
+			answers.WriteByte('\n')
+		}
+		chunk, chunkBytes = chunk[:0], 0
+	}
+	for {
+		line, _, err := readLine(sr, a.cfg.BodyLimit)
+		if err == nil || len(line) > 0 {
+			if len(line) == 0 {
+				chunk = append(chunk, nil) // answered too_large in place
+			} else {
+				chunk = append(chunk, bytes.Clone(line))
+				chunkBytes += int64(len(line))
+			}
+			if len(chunk) >= batchChunkLines || chunkBytes >= 4*a.cfg.BodyLimit {
+				decide()
+			}
+		}
+		if err != nil {
+			break
 		}
 	}
-	out := a.decideBatch(r, lines)
+	decide()
+	if a.cfg.WriteTimeout > 0 {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(a.cfg.WriteTimeout))
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 64<<10)
-	for _, o := range out {
-		bw.Write(o)
-		bw.WriteByte('\n')
-	}
-	_ = bw.Flush()
+	_, _ = answers.WriteTo(w)
 	return nil
+}
+
+// spoolInMemory: a batch spool up to this size stays in memory.
+const spoolInMemory = 1 << 20
+
+// spool holds a batch's non-blank lines, newline-terminated, until they are
+// decided: in memory while small, in a temporary file (removed at close)
+// beyond spoolInMemory.
+type spool struct {
+	mem bytes.Buffer
+	f   *os.File
+	bw  *bufio.Writer
+}
+
+func (s *spool) writeLine(line []byte) error {
+	if s.f == nil && s.mem.Len()+len(line)+1 > spoolInMemory {
+		f, err := os.CreateTemp("", "coalesce-batch-*")
+		if err != nil {
+			return err
+		}
+		s.f, s.bw = f, bufio.NewWriterSize(f, 64<<10)
+		if _, err := s.mem.WriteTo(s.bw); err != nil {
+			return err
+		}
+	}
+	if s.f == nil {
+		s.mem.Write(line)
+		s.mem.WriteByte('\n')
+		return nil
+	}
+	if _, err := s.bw.Write(line); err != nil {
+		return err
+	}
+	return s.bw.WriteByte('\n')
+}
+
+func (s *spool) reader() (io.Reader, error) {
+	if s.f == nil {
+		return &s.mem, nil
+	}
+	if err := s.bw.Flush(); err != nil {
+		return nil, err
+	}
+	if _, err := s.f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return s.f, nil
+}
+
+func (s *spool) close() {
+	if s.f != nil {
+		s.f.Close()
+		os.Remove(s.f.Name())
+	}
+}
+
+// batchChunkLines: the lines of a batch decided together.
+const batchChunkLines = 256
+
+// readLine reads one line (without its newline) of at most limit bytes,
+// valid until the next read. A longer line is read to its end and dropped:
+// over is true, line is nil. err is io.EOF after the last line, or the
+// body's error.
+func readLine(br *bufio.Reader, limit int64) (line []byte, over bool, err error) {
+	frag, err := br.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		if int64(len(frag)) > limit+1 { // +1: the newline
+			return nil, true, err
+		}
+		return bytes.TrimSuffix(frag, []byte{'\n'}), false, err
+	}
+	buf := bytes.Clone(frag)
+	for errors.Is(err, bufio.ErrBufferFull) {
+		frag, err = br.ReadSlice('\n')
+		if !over {
+			if int64(len(buf)+len(frag)) > limit+1 {
+				over, buf = true, nil
+			} else {
+				buf = append(buf, frag...)
+			}
+		}
+	}
+	if over {
+		return nil, true, err
+	}
+	return bytes.TrimSuffix(buf, []byte{'\n'}), false, err
 }
 
 // decideBatch decides the lines concurrently, except that the events of one
@@ -437,6 +613,10 @@ func (a *API) decideBatch(r *http.Request, lines [][]byte) [][]byte {
 	groups := map[string][]int{}
 	var order []string
 	for i, line := range lines {
+		if line == nil {
+			out[i] = marshal(errorBody{errf(http.StatusRequestEntityTooLarge, "too_large", "", "line of the batch over the %d-byte body limit", a.cfg.BodyLimit)})
+			continue
+		}
 		ev, err := DecodeEvent(line)
 		var key debounce.RoundKey
 		if err == nil {
