@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/fingerprint"
 	"github.com/coalesce-io/coalesce/publisher"
 )
@@ -100,8 +101,12 @@ func validateJobType(t string) error {
 // (Coalesce-Round) that no earlier kept message of its identity carries is
 // another round of the key, whose summary and reservation live in Redis
 // under that token; it is kept (KeptRounds), as deleting it would strand
-// them. Bypassed copies (no token) and copies of the same round are
-// duplicates.
+// them. Copies of the same round are duplicates, and so are bypassed
+// copies (no token), except for payload accumulate and last: there a job's
+// args are data (an item, the latest args) that the round's job does not
+// carry, so a job without a token is a duplicate only of a kept job of its
+// identity with the same args (fp1 of the whole args); otherwise it is kept
+// (listed in KeptRounds).
 //
 // Jobs in execution are never touched. A message is in flight when a
 // consumer whose filter covers its subject has delivered up to its sequence
@@ -135,6 +140,7 @@ func dedupe(ctx context.Context, js jetstream.JetStream, opts DedupeOptions, aft
 		schemes: map[string]*fingerprint.Scheme{},
 		groups:  map[identity]*DedupeGroup{},
 		rounds:  map[identity][]string{},
+		args:    map[identity][]string{},
 		rep:     DedupeReport{Stream: opts.Stream, Applied: opts.Apply},
 	}
 	if err := opts.validate(); err != nil {
@@ -173,6 +179,7 @@ type deduper struct {
 	schemes map[string]*fingerprint.Scheme
 	groups  map[identity]*DedupeGroup
 	rounds  map[identity][]string // round tokens kept per identity
+	args    map[identity][]string // args digests of kept accumulate/last jobs
 	rep     DedupeReport
 }
 
@@ -275,23 +282,53 @@ func (d *deduper) classify(msg *jetstream.RawStreamMsg, jobType string, floors [
 	}
 	id := identity{jobType, key}
 	g := d.groups[id]
+	// For payload accumulate and last a job's args are data (an item, the
+	// latest args) that another job of the key does not carry: a job is a
+	// duplicate only of a kept job with the same args.
+	args := ""
+	if pl := debounce.Payload(msg.Header.Get(publisher.HeaderPayload)); pl == debounce.PayloadAccumulate || pl == debounce.PayloadLast {
+		args = argsDigest(jobType, msg.Data)
+	}
 	switch {
 	case g == nil:
 		d.groups[id] = &DedupeGroup{Type: jobType, Key: key, Kept: msg.Sequence}
 		if round != "" {
 			d.rounds[id] = []string{round}
 		}
+		d.keepArgs(id, args)
 		d.rep.Kept++
 	case round != "" && !slices.Contains(d.rounds[id], round):
 		d.rounds[id] = append(d.rounds[id], round)
 		g.KeptRounds = append(g.KeptRounds, msg.Sequence)
+		d.keepArgs(id, args)
 		d.rep.Kept++
 		log.Debug("admin: another round of the key; kept", "key", key, "token", round)
+	case args != "" && round == "" && !slices.Contains(d.args[id], args):
+		g.KeptRounds = append(g.KeptRounds, msg.Sequence)
+		d.keepArgs(id, args)
+		d.rep.Kept++
+		log.Debug("admin: a job without a round whose args no kept job of the key has; kept", "key", key)
 	default:
 		g.Duplicates = append(g.Duplicates, DedupeDuplicate{Seq: msg.Sequence, Subject: msg.Subject, Outcome: OutcomeWouldRemove})
 		d.rep.Duplicates++
 		log.Debug("admin: duplicate job", "key", key, "kept_seq", g.Kept, "outcome", string(OutcomeWouldRemove))
 	}
+}
+
+// keepArgs remembers the args digest of a kept job of id ("" : none).
+func (d *deduper) keepArgs(id identity, args string) {
+	if args != "" {
+		d.args[id] = append(d.args[id], args)
+	}
+}
+
+// argsDigest is the fp1 digest of a job's whole args, or a digest of the
+// raw bytes when they are not I-JSON (then only an identical copy matches).
+func argsDigest(jobType string, data []byte) string {
+	if f, err := fingerprint.FromJSON(jobType, data); err == nil {
+		return f.String()
+	}
+	return "raw:" + string(data)
 }
 
 // identify returns the identity digest of a job message and its round token

@@ -593,3 +593,45 @@ func TestDedupeAcrossRunAndJobSubjects(t *testing.T) {
 		t.Errorf("run subject keeps %v, want [%d] (%d removed)", got, roundMsg, roundDup)
 	}
 }
+
+// TestDedupeKeepsABypassedJobsData: a job published without a round during
+// a Redis outage (fail: open) carries its own event's args; for payload
+// accumulate or last they are data the round's job does not have (an item,
+// the latest args). It is a duplicate only of a kept job with the same args;
+// matched by key alone it was deleted, and its item lost.
+func TestDedupeKeepsABypassedJobsData(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	for _, payload := range []debounce.Payload{debounce.PayloadAccumulate, debounce.PayloadLast} {
+		t.Run(string(payload), func(t *testing.T) {
+			t.Parallel()
+			q := newQueue(t, "byp.co")
+			key := fp(t, "sync", `{"tenant":1}`, "tenant")
+			k, err := debounce.ParseRoundKey(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			headers := func(token debounce.Token) nats.Header {
+				return publisher.EncodeHeaders(debounce.Job{Type: "sync", Key: k, Fingerprint: fingerprint.Fingerprint(k), Token: token,
+					Mode: debounce.ModeDebounce, Payload: payload, OpenedAt: time.Now(), TTL: time.Minute})
+			}
+			const round = debounce.Token(0x5151)
+			roundMsg := q.publish(q.subjects.Run("sync", k, round), `{"tenant":1,"id":7}`, headers(round))
+			// A bypassed job's run subject ends in a random "_<16 hex>" id.
+			bypass := func(id string) string { return strings.TrimSuffix(q.subjects.Run("sync", k, 1), "0000000000000001") + id }
+			bypassOther := q.publish(bypass("_00000000000000b1"), `{"tenant":1,"id":8}`, headers(0))
+			bypassSame := q.publish(bypass("_00000000000000b2"), `{ "id":7, "tenant":1 }`, headers(0))
+			rep, err := admin.Dedupe(ctx, q.js, q.opts(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := countsOf(rep), (counts{scanned: 3, kept: 2, duplicates: 1, removed: 1}); got != want {
+				t.Errorf("counts %+v, want %+v", got, want)
+			}
+			left := q.seqs(q.subjects.AllRuns())
+			if !slices.Contains(left, roundMsg) || !slices.Contains(left, bypassOther) || slices.Contains(left, bypassSame) {
+				t.Errorf("left %v: want the round %d and the bypassed job with other args %d, not the copy %d", left, roundMsg, bypassOther, bypassSame)
+			}
+		})
+	}
+}
