@@ -618,7 +618,9 @@ func TestDedupeKeepsABypassedJobsData(t *testing.T) {
 			const round = debounce.Token(0x5151)
 			roundMsg := q.publish(q.subjects.Run("sync", k, round), `{"tenant":1,"id":7}`, headers(round))
 			// A bypassed job's run subject ends in a random "_<16 hex>" id.
-			bypass := func(id string) string { return strings.TrimSuffix(q.subjects.Run("sync", k, 1), "0000000000000001") + id }
+			bypass := func(id string) string {
+				return strings.TrimSuffix(q.subjects.Run("sync", k, 1), "0000000000000001") + id
+			}
 			bypassOther := q.publish(bypass("_00000000000000b1"), `{"tenant":1,"id":8}`, headers(0))
 			bypassSame := q.publish(bypass("_00000000000000b2"), `{ "id":7, "tenant":1 }`, headers(0))
 			rep, err := admin.Dedupe(ctx, q.js, q.opts(true))

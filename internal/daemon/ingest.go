@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,9 +27,27 @@ import (
 func eventsSubject(prefix string) string { return prefix + ".events.>" }
 func ingestSubject(prefix string) string { return prefix + ".ingest.>" }
 
-// MaxIngestDeliveries bounds how often a stored event is retried (Redis or
-// NATS unavailable) before it is dropped with an error in the log.
-const MaxIngestDeliveries = 100
+// A stored event is acked once decided. One that fails for a transient
+// reason (Redis or NATS unavailable) is retried with IngestRetryDelay, with
+// no last attempt: it waits out any outage. One whose type has no policy
+// waits IngestPolicyGrace from when it was stored (a rolling deploy brings
+// the policy), retried the same way. One that can never be decided (bad
+// JSON, bad args, too large, a type still without a policy after the grace)
+// goes to <prefix>.dead._ingest.<type> in the job stream, with
+// Coalesce-Error-Code, Coalesce-Error, Coalesce-Ingest-Subject and
+// Coalesce-Deliveries headers, and is counted (ingest_total{result="dead"}):
+// never dropped without a trace.
+const (
+	IngestPolicyGrace = 10 * time.Minute
+	// ingestDecideTimeout is well under the consumer's AckWait (30 s): a
+	// decision never outlasts it, so a redelivery never decides an event
+	// still being decided.
+	ingestDecideTimeout = 10 * time.Second
+	// ingestMaxAckPending: events waiting to be retried stay pending on
+	// the consumer; this many may wait before new ones stop being
+	// delivered (it was 256: failing events of one type held up all).
+	ingestMaxAckPending = 16384
+)
 
 // DefaultIngestStream is the durable intake stream's name.
 const DefaultIngestStream = "COALESCE_INGEST"
@@ -149,7 +169,11 @@ func (in *Ingest) onRequest(m *nats.Msg) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		reply, ok := in.decide(ctx, m.Subject, in.typeFromSubject(m.Subject, "events"), m.Data, m.Header.Get("traceparent"))
-		in.count("request", ok)
+		result := "ok"
+		if !ok {
+			result = "error"
+		}
+		in.count("request", result)
 		if m.Reply != "" {
 			if err := m.Respond(reply); err != nil {
 				in.log.Warn("ingest: reply failed", "subject", m.Subject, "err", err)
@@ -181,7 +205,7 @@ func (in *Ingest) decide(ctx context.Context, subject, jobType string, data []by
 func (in *Ingest) open(ctx context.Context) (jetstream.MessagesContext, error) {
 	cons, err := in.cfg.JetStream.CreateOrUpdateConsumer(ctx, in.cfg.Stream, jetstream.ConsumerConfig{
 		Durable: "coalesce-ingest", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-		MaxAckPending: in.cfg.Parallel * 4,
+		MaxAckPending: ingestMaxAckPending,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ingest: consumer on %s: %w", in.cfg.Stream, err)
@@ -242,40 +266,76 @@ func (in *Ingest) consume() {
 }
 
 // onStored decides one event from the intake stream: acked once decided,
-// terminated when it can never be (bad event), retried later otherwise.
+// retried for a transient reason, dead-lettered when it can never be.
 func (in *Ingest) onStored(msg jetstream.Msg) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), ingestDecideTimeout)
 	defer cancel()
 	subject := msg.Subject()
-	if md, err := msg.Metadata(); err == nil && md.NumDelivered > MaxIngestDeliveries {
-		in.log.Error("ingest: dropping an event that failed every delivery", "subject", subject, "deliveries", md.NumDelivered)
-		in.count("stream", false)
-		_ = msg.Term()
-		return
-	}
 	reply, ok := in.decide(ctx, subject, in.typeFromSubject(subject, "ingest"), msg.Data(), msg.Headers().Get("traceparent"))
-	in.count("stream", ok)
 	if ok {
+		in.count("stream", "ok")
 		_ = msg.Ack()
 		return
 	}
 	var body errorBody
 	_ = json.Unmarshal(reply, &body)
-	if body.Error != nil && body.Error.Code != "store_unavailable" && body.Error.Code != "publish_unavailable" && body.Error.Code != "canceled" {
-		in.log.Warn("ingest: dropping an event that cannot be decided", "subject", subject, "error", body.Error.Message)
-		_ = msg.Term()
+	code, message := "unknown", string(reply)
+	if body.Error != nil {
+		code, message = body.Error.Code, body.Error.Message
+	}
+	n, stored := 1, time.Now()
+	if md, err := msg.Metadata(); err == nil {
+		n, stored = int(md.NumDelivered), md.Timestamp
+	}
+	switch code {
+	case "store_unavailable", "publish_unavailable", "canceled":
+		in.count("stream", "retry")
+		_ = msg.NakWithDelay(IngestRetryDelay(n))
+		return
+	case "no_policy":
+		if time.Since(stored) < IngestPolicyGrace {
+			in.count("stream", "retry")
+			_ = msg.NakWithDelay(IngestRetryDelay(n))
+			return
+		}
+	}
+	dl, err := in.deadLetter(ctx, msg, code, message, n)
+	if err != nil {
+		in.log.Warn("ingest: an event that cannot be decided could not be dead-lettered; retrying", "subject", subject, "code", code, "err", err)
+		in.count("stream", "retry")
+		_ = msg.NakWithDelay(IngestRetryDelay(n))
 		return
 	}
-	_ = msg.NakWithDelay(time.Second)
+	in.log.Warn("ingest: an event that cannot be decided went to the dead letters", "subject", subject, "dead_letter", dl, "code", code, "error", message)
+	in.count("stream", "dead")
+	_ = msg.Term()
 }
 
-func (in *Ingest) count(source string, ok bool) {
+// deadLetter stores a stored event that can never be decided on
+// <prefix>.dead._ingest.<the subject's tail>, with why.
+func (in *Ingest) deadLetter(ctx context.Context, msg jetstream.Msg, code, message string, deliveries int) (string, error) {
+	tail := strings.TrimPrefix(msg.Subject(), in.cfg.Prefix+".ingest.")
+	dl := nats.NewMsg(in.cfg.Prefix + ".dead._ingest." + tail)
+	for k, vs := range msg.Headers() {
+		if strings.HasPrefix(k, "Nats-") {
+			continue // no message id (deduplicated against the original) nor expectations
+		}
+		for _, v := range vs {
+			dl.Header.Add(k, v)
+		}
+	}
+	dl.Header.Set("Coalesce-Error-Code", code)
+	dl.Header.Set("Coalesce-Error", message)
+	dl.Header.Set("Coalesce-Ingest-Subject", msg.Subject())
+	dl.Header.Set("Coalesce-Deliveries", strconv.Itoa(deliveries))
+	dl.Data = msg.Data()
+	_, err := in.cfg.JetStream.PublishMsg(ctx, dl)
+	return dl.Subject, err
+}
+
+func (in *Ingest) count(source, result string) {
 	if in.cfg.Metrics == nil {
 		return
-	}
-	result := "ok"
-	if !ok {
-		result = "error"
 	}
 	in.cfg.Metrics.ingest.WithLabelValues(source, result).Inc()
 }
@@ -298,4 +358,19 @@ func (in *Ingest) Stop() {
 	}
 	in.iterMu.Unlock()
 	in.wg.Wait()
+}
+
+// MaxIngestRetryDelay caps the wait between two deliveries of a stored event
+// that failed for a transient reason.
+const MaxIngestRetryDelay = 30 * time.Second
+
+// IngestRetryDelay is the wait before delivery n+1 of a stored event whose
+// delivery n failed for a transient reason: 1 s doubled per delivery, capped
+// at MaxIngestRetryDelay, a quarter of it jittered. There is no last one.
+func IngestRetryDelay(n int) time.Duration {
+	d := MaxIngestRetryDelay
+	if n < 6 {
+		d = min(time.Second<<max(n-1, 0), MaxIngestRetryDelay)
+	}
+	return d - time.Duration(rand.Int64N(int64(d/4)+1))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -286,5 +287,214 @@ func TestIngestStreamFollowsTheSettings(t *testing.T) {
 	}
 	if got := start("INGEST_OPS", 0, 0); got.Replicas != 3 {
 		t.Errorf("an R3 intake stream started with the default replicas: %d replicas now", got.Replicas)
+	}
+}
+
+// TestIngestDeadLettersWhatItCannotDecide: a stored event that can never be
+// decided (not JSON) is not dropped with a log line: it goes to
+// <prefix>.dead._ingest.<type> with the error code and message, and is
+// counted. One of a type with no policy (yet: a rolling deploy) waits for
+// the policy instead: it stays in the intake stream and is decided once a
+// daemon that has the policy reads it. Both were terminated at once.
+func TestIngestDeadLettersWhatItCannotDecide(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	nc, js := srv.Connect(t)
+	ctx := context.Background()
+	pub, err := publisher.New(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := testenv.SharedRedis(t).Client(t)
+	prefix := testenv.Prefix(t)
+	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Policies: testPolicies, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := daemon.NewMetrics(testTypes()...)
+	in, err := daemon.StartIngest(ctx, daemon.IngestConfig{Conn: nc, JetStream: js, Coalescer: co, Prefix: "co", Durable: true, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := nc.SubscribeSync("co.dead._ingest.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "co.ingest.recompute", []byte(`not json`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "co.ingest.later", []byte(`{"args":{"n":1}}`)); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := dead.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no dead letter for a stored event that is not JSON: %v", err)
+	}
+	if msg.Subject != "co.dead._ingest.recompute" || string(msg.Data) != "not json" ||
+		msg.Header.Get("Coalesce-Error-Code") != "invalid_json" || msg.Header.Get("Coalesce-Ingest-Subject") != "co.ingest.recompute" {
+		t.Errorf("dead letter %s %q %v", msg.Subject, msg.Data, msg.Header)
+	}
+	// The event of a type with no policy waits in the stream.
+	time.Sleep(2 * time.Second)
+	if extra, err := dead.NextMsg(100 * time.Millisecond); err == nil {
+		t.Errorf("an event of a type without a policy was dead-lettered: %s", extra.Subject)
+	}
+	s, _ := js.Stream(ctx, daemon.DefaultIngestStream)
+	if info, _ := s.Info(ctx); info == nil || info.State.Msgs != 1 {
+		t.Fatalf("intake stream holds %+v, want the event of the type without a policy", info)
+	}
+	in.Stop()
+	// A daemon with the policy decides it.
+	later := append([]debounce.Policy{{Type: "later", Mode: debounce.ModeDedup}}, testPolicies...)
+	co2, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Policies: later, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in2, err := daemon.StartIngest(ctx, daemon.IngestConfig{Conn: nc, JetStream: js, Coalescer: co2, Prefix: "co", Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in2.Stop()
+	key, _ := co2.RoundKeyOf(debounce.Event{Type: "later", Args: json.RawMessage(`{"n":1}`)})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, found, _ := co2.Inspect(ctx, "later", key); found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the event of the new type was never decided")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestIngestRetryDelay: a stored event that fails for a transient reason
+// (Redis or NATS unavailable) is retried with a growing delay, capped, and
+// never dropped however many deliveries it took: it once was after 100 (a
+// Redis outage of 1 m 50 s lost stored events).
+func TestIngestRetryDelay(t *testing.T) {
+	t.Parallel()
+	prev := time.Duration(0)
+	for n := 1; n <= 10_000; n++ {
+		d := daemon.IngestRetryDelay(n)
+		if d < prev/2 || d <= 0 || d > daemon.MaxIngestRetryDelay {
+			t.Fatalf("delivery %d: delay %v after %v", n, d, prev)
+		}
+		prev = d
+	}
+	if d := daemon.IngestRetryDelay(1); d > 2*time.Second {
+		t.Errorf("first retry after %v", d)
+	}
+}
+
+// TestIngestFailingEventsDoNotBlockOthers: with Redis down, 300 stored
+// events of a fail: closed type keep failing and wait to be retried; an
+// event of a fail: open type stored behind them is still decided at once
+// (published without a reservation). The waiting ones used to fill the
+// consumer's 256 pending acks, so nothing behind them was even delivered.
+func TestIngestFailingEventsDoNotBlockOthers(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	nc, js := srv.Connect(t)
+	ctx := context.Background()
+	pub, err := publisher.New(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := testenv.NewRedis(t)
+	rdb := rs.Client(t)
+	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := daemon.StartIngest(ctx, daemon.IngestConfig{Conn: nc, JetStream: js, Coalescer: co, Prefix: "co", Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Stop()
+	rs.Stop()
+	for i := range 300 {
+		if _, err := js.Publish(ctx, "co.ingest.notify", []byte(fmt.Sprintf(`{"args":{"c":%d}}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// recompute fails open: with Redis down its job is published at once as
+	// a 30 s schedule, which a core subscriber sees on the sched subject.
+	jobs, err := nc.SubscribeSync("co.sched.recompute.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the failing ones are delivered and waiting
+	if _, err := js.Publish(ctx, "co.ingest.recompute", []byte(`{"args":{"tenant_id":5}}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Each failing decision holds a slot while go-redis dials (about 1.7 s
+	// against a stopped server), so the 300 take a few rounds of 64 slots
+	// first; behind 256 pending acks it was not delivered at all.
+	m, err := jobs.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatalf("the fail: open event behind 300 failing ones was not decided within 30 s: %v", err)
+	}
+	if string(m.Data) != `{"tenant_id":5}` {
+		t.Errorf("the bypassed job carries %s, want the event's args", m.Data)
+	}
+}
+
+// TestIngestOutlivesALongOutage stores events while Redis is down for two
+// minutes, longer than the old cap (100 deliveries a second apart), and
+// checks that each one's job is published once Redis is back (issue 12, bug
+// 5: they were dropped after about 100 s). It runs alongside the package's
+// other tests; the two minutes are the point of it.
+func TestIngestOutlivesALongOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a two-minute outage")
+	}
+	t.Parallel()
+	srv := testenv.NATS(t)
+	nc, js := srv.Connect(t)
+	ctx := context.Background()
+	pub, err := publisher.New(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := testenv.NewRedis(t)
+	co, err := debounce.New(debounce.Config{Redis: rs.Client(t), Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := daemon.StartIngest(ctx, daemon.IngestConfig{Conn: nc, JetStream: js, Coalescer: co, Prefix: "co", Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Stop()
+	jobs, err := nc.SubscribeSync("co.run.notify.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.Stop()
+	const n = 20
+	for i := range n {
+		if _, err := js.Publish(ctx, "co.ingest.notify", []byte(fmt.Sprintf(`{"args":{"c":%d}}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(125 * time.Second)
+	if m, err := jobs.NextMsg(10 * time.Millisecond); err == nil {
+		t.Fatalf("a job was published while Redis was down (notify fails closed): %s", m.Data)
+	}
+	if err := rs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	deadline := time.Now().Add(60 * time.Second) // the retry delay is at most 30 s
+	for len(seen) < n && time.Now().Before(deadline) {
+		m, err := jobs.NextMsg(time.Until(deadline))
+		if err != nil {
+			break
+		}
+		seen[string(m.Data)] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d of %d events stored during a 125 s outage reached a job after it", len(seen), n)
 	}
 }
