@@ -330,7 +330,8 @@ func Run(ctx context.Context, o Options) error {
 
 	in, err := StartIngest(ctx, IngestConfig{Conn: c.NATS, JetStream: c.JetStream, Coalescer: c.Coalescer,
 		Prefix: c.Publisher.Subjects().Prefix, Requests: cfg.NATS.Ingest.Subjects, Durable: cfg.NATS.Ingest.Durable,
-		Stream: cfg.NATS.Ingest.Stream, Replicas: cfg.NATS.Replicas, Storage: streamStorage(cfg.NATS.Storage), Metrics: m, Logger: log})
+		Stream: cfg.NATS.Ingest.Stream, Replicas: cfg.NATS.Replicas, Storage: streamStorage(cfg.NATS.Storage),
+		Redis: c.Redis, RedisPrefix: cfg.Redis.Prefix, Metrics: m, Logger: log})
 	if err != nil {
 		_ = srv.Close()
 		return err

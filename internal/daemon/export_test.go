@@ -1,4 +1,17 @@
 package daemon
 
+import (
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
 // EventFrom is the NATS ingest decoder, for the fuzz target.
 var EventFrom = eventFrom
+
+// LoseAcks makes in lose the acks of the stored events f is true for.
+func LoseAcks(in *Ingest, f func(jetstream.Msg) bool) { in.loseAck.Store(&f) }
+
+// IngestCount is ingest_total{source,result}.
+func IngestCount(m *Metrics, source, result string) float64 {
+	return testutil.ToFloat64(m.ingest.WithLabelValues(source, result))
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/jsread"
@@ -47,6 +49,14 @@ const (
 	// the consumer; this many may wait before new ones stop being
 	// delivered (it was 256: failing events of one type held up all).
 	ingestMaxAckPending = 16384
+	// IngestDecidedMark is how long a stored event is remembered as
+	// decided: four times the consumer's AckWait, the time a lost ack takes
+	// to come back as a redelivery, with a daemon restart in between. An
+	// ack the server did not confirm keeps the mark IngestUnackedMark.
+	IngestDecidedMark = 2 * time.Minute
+	IngestUnackedMark = time.Hour
+	// ingestDrain is how long Stop keeps deciding requests that arrived.
+	ingestDrain = 10 * time.Second
 )
 
 // DefaultIngestStream is the durable intake stream's name.
@@ -67,8 +77,13 @@ type IngestConfig struct {
 	Replicas int
 	Storage  jetstream.StorageType
 	Parallel int // decisions in flight; default 64
-	Metrics  *Metrics
-	Logger   *slog.Logger
+	// Redis, when set, keeps a mark per decided stored event (under
+	// RedisPrefix + "ingest:"), so a redelivery of one whose ack was lost
+	// or whose decider died before acking is acked, not decided again.
+	Redis       redis.UniversalClient
+	RedisPrefix string
+	Metrics     *Metrics
+	Logger      *slog.Logger
 }
 
 // Ingest receives events over NATS.
@@ -78,9 +93,13 @@ type Ingest struct {
 	iterMu   sync.Mutex
 	iter     jetstream.MessagesContext
 	stopping atomic.Bool
+	startMu  sync.Mutex // a decision starts (wg.Add) only while not stopping
 	wg       sync.WaitGroup
 	sem      chan struct{}
 	log      *slog.Logger
+	// loseAck, set by tests, loses the ack of the events it is true for,
+	// as a dropped connection or a crash right after the decision would.
+	loseAck atomic.Pointer[func(jetstream.Msg) bool]
 }
 
 // StartIngest subscribes (queue group "coalesce", so replicas share the load)
@@ -163,8 +182,24 @@ func withType(data []byte, jobType string) []byte {
 }
 
 func (in *Ingest) onRequest(m *nats.Msg) {
+	// Waiting for a slot holds up this subscription's deliveries: the
+	// back-pressure. Requests beyond its pending limit are dropped by the
+	// client library undecided, so their requesters time out and retry;
+	// nothing that was answered is lost.
 	in.sem <- struct{}{}
-	in.wg.Go(func() {
+	in.startMu.Lock()
+	if in.stopping.Load() {
+		in.startMu.Unlock()
+		<-in.sem
+		if m.Reply != "" {
+			_ = m.Respond(marshal(errorBody{errf(http.StatusServiceUnavailable, "canceled", "", "the daemon is stopping; nothing was decided: retry")}))
+		}
+		return
+	}
+	in.wg.Add(1)
+	in.startMu.Unlock()
+	go func() {
+		defer in.wg.Done()
 		defer func() { <-in.sem }()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -179,7 +214,7 @@ func (in *Ingest) onRequest(m *nats.Msg) {
 				in.log.Warn("ingest: reply failed", "subject", m.Subject, "err", err)
 			}
 		}
-	})
+	}()
 }
 
 // decide returns the decision (or error) JSON, and whether it was a decision.
@@ -258,10 +293,22 @@ func (in *Ingest) consume() {
 			continue
 		}
 		in.sem <- struct{}{}
-		in.wg.Go(func() {
+		in.startMu.Lock()
+		if in.stopping.Load() {
+			// Not decided: another intake (or this one, started again)
+			// gets it.
+			in.startMu.Unlock()
+			<-in.sem
+			_ = msg.Nak()
+			return
+		}
+		in.wg.Add(1)
+		in.startMu.Unlock()
+		go func() {
+			defer in.wg.Done()
 			defer func() { <-in.sem }()
 			in.onStored(msg)
-		})
+		}()
 	}
 }
 
@@ -271,10 +318,21 @@ func (in *Ingest) onStored(msg jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), ingestDecideTimeout)
 	defer cancel()
 	subject := msg.Subject()
+	n, stored, mark := 1, time.Now(), ""
+	if md, err := msg.Metadata(); err == nil {
+		n, stored = int(md.NumDelivered), md.Timestamp
+		mark = in.markKey(md)
+	}
+	if n > 1 && in.decided(ctx, mark) {
+		in.count("stream", "redelivered")
+		in.ack(ctx, msg, mark)
+		return
+	}
 	reply, ok := in.decide(ctx, subject, in.typeFromSubject(subject, "ingest"), msg.Data(), msg.Headers().Get("traceparent"))
 	if ok {
 		in.count("stream", "ok")
-		_ = msg.Ack()
+		in.setMark(ctx, mark, IngestDecidedMark)
+		in.ack(ctx, msg, mark)
 		return
 	}
 	var body errorBody
@@ -282,10 +340,6 @@ func (in *Ingest) onStored(msg jetstream.Msg) {
 	code, message := "unknown", string(reply)
 	if body.Error != nil {
 		code, message = body.Error.Code, body.Error.Message
-	}
-	n, stored := 1, time.Now()
-	if md, err := msg.Metadata(); err == nil {
-		n, stored = int(md.NumDelivered), md.Timestamp
 	}
 	switch code {
 	case "store_unavailable", "publish_unavailable", "canceled":
@@ -309,6 +363,47 @@ func (in *Ingest) onStored(msg jetstream.Msg) {
 	in.log.Warn("ingest: an event that cannot be decided went to the dead letters", "subject", subject, "dead_letter", dl, "code", code, "error", message)
 	in.count("stream", "dead")
 	_ = msg.Term()
+}
+
+// markKey names the decided mark of a stored event: the stream's sequence
+// and the time it was stored, so a stream deleted and created again (its
+// sequence starting over) never finds an older event's mark.
+func (in *Ingest) markKey(md *jetstream.MsgMetadata) string {
+	if in.cfg.Redis == nil {
+		return ""
+	}
+	return in.cfg.RedisPrefix + "ingest:" + md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10) + ":" + strconv.FormatInt(md.Timestamp.UnixNano(), 36)
+}
+
+// decided reports whether a redelivered event was decided before. When
+// Redis cannot tell, it was not: a second decision is better than none.
+func (in *Ingest) decided(ctx context.Context, mark string) bool {
+	if mark == "" {
+		return false
+	}
+	n, err := in.cfg.Redis.Exists(ctx, mark).Result()
+	return err == nil && n == 1
+}
+
+func (in *Ingest) setMark(ctx context.Context, mark string, ttl time.Duration) {
+	if mark == "" {
+		return
+	}
+	if err := in.cfg.Redis.Set(ctx, mark, "1", ttl).Err(); err != nil {
+		in.log.Debug("ingest: could not mark a stored event decided; a redelivery would decide it again", "key", mark, "err", err)
+	}
+}
+
+// ack acks a decided event and waits for the server to confirm; an ack it
+// did not confirm comes back as a redelivery, so the mark is kept longer.
+func (in *Ingest) ack(ctx context.Context, msg jetstream.Msg, mark string) {
+	if f := in.loseAck.Load(); f != nil && (*f)(msg) {
+		return
+	}
+	if err := msg.DoubleAck(ctx); err != nil {
+		in.log.Warn("ingest: an ack was not confirmed; its redelivery will be recognised", "subject", msg.Subject(), "err", err)
+		in.setMark(context.WithoutCancel(ctx), mark, IngestUnackedMark)
+	}
 }
 
 // deadLetter stores a stored event that can never be decided on
@@ -340,18 +435,24 @@ func (in *Ingest) count(source, result string) {
 	in.cfg.Metrics.ingest.WithLabelValues(source, result).Inc()
 }
 
-// Stop stops taking events and waits for the decisions under way.
+// Stop stops taking events and waits for the decisions under way. Requests
+// that arrived are decided for up to ingestDrain; those still waiting then
+// are answered "canceled" (nothing decided) or, not yet read, dropped
+// undecided. No decision starts once Stop returns.
 func (in *Ingest) Stop() {
 	if in.sub != nil {
 		// Drain delivers what already arrived, then unsubscribes.
 		if err := in.sub.Drain(); err == nil {
-			deadline := time.Now().Add(10 * time.Second)
+			deadline := time.Now().Add(ingestDrain)
 			for in.sub.IsValid() && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
+		_ = in.sub.Unsubscribe()
 	}
+	in.startMu.Lock()
 	in.stopping.Store(true)
+	in.startMu.Unlock()
 	in.iterMu.Lock()
 	if in.iter != nil {
 		in.iter.Stop()

@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/chaos"
 	"github.com/coalesce-io/coalesce/internal/daemon"
 	"github.com/coalesce-io/coalesce/internal/testenv"
 	"github.com/coalesce-io/coalesce/publisher"
@@ -497,4 +500,170 @@ func TestIngestOutlivesALongOutage(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("%d of %d events stored during a 125 s outage reached a job after it", len(seen), n)
 	}
+}
+
+// TestIngestRedeliveryIsNotDecidedTwice loses the ack of a decided stored
+// event, as a dropped connection or a crash right after the decision would.
+// Its redelivery (after the consumer's 30 s AckWait) must be acked, not
+// decided again: for a throttle whose window has passed a second decision
+// is a second job (issue 12, suspect 1). Without the Redis mark (the old
+// code) the event runs twice.
+func TestIngestRedeliveryIsNotDecidedTwice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the consumer's AckWait")
+	}
+	t.Parallel()
+	srv := testenv.NATS(t)
+	nc, js := srv.Connect(t)
+	ctx := context.Background()
+	pub, err := publisher.New(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := testenv.NewRedis(t).Client(t)
+	prefix := testenv.Prefix(t)
+	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: prefix,
+		Policies: []debounce.Policy{{Type: "ping", Mode: debounce.ModeThrottle, Window: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := daemon.NewMetrics("ping")
+	in, err := daemon.StartIngest(ctx, daemon.IngestConfig{Conn: nc, JetStream: js, Coalescer: co, Prefix: "co", Durable: true,
+		Redis: rdb, RedisPrefix: prefix, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Stop()
+	var lost, redelivered atomic.Int32
+	daemon.LoseAcks(in, func(msg jetstream.Msg) bool {
+		md, err := msg.Metadata()
+		if err == nil && md.NumDelivered == 1 {
+			lost.Add(1)
+			return true
+		}
+		redelivered.Add(1)
+		return false
+	})
+	jobs, err := nc.SubscribeSync("co.run.ping.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "co.ingest.ping", []byte(`{"args":{"x":1}}`)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := jobs.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no job for the stored event: %v", err)
+	}
+	// The redelivery comes after AckWait (30 s); a second decision would
+	// publish its job at once (the 1 s window is long over).
+	if second, err := jobs.NextMsg(45 * time.Second); err == nil {
+		t.Fatalf("the redelivered event was decided again: a second job %s after %s", second.Subject, first.Subject)
+	}
+	if lost.Load() != 1 || redelivered.Load() != 1 {
+		t.Fatalf("lost %d acks and acked %d redeliveries, want 1 and 1", lost.Load(), redelivered.Load())
+	}
+	info, err := js.Consumer(ctx, daemon.DefaultIngestStream, "coalesce-ingest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci := info.CachedInfo(); ci.NumAckPending != 0 {
+		t.Fatalf("consumer: %d pending; want the redelivery acked", ci.NumAckPending)
+	}
+	if got := daemon.IngestCount(m, "stream", "redelivered"); got != 1 {
+		t.Errorf("ingest_total{result=redelivered} = %v, want 1", got)
+	}
+}
+
+// TestIngestStopStartsNoDecisionAfterwards stops the intake while requests
+// queue behind a slow Redis, longer than its drain. Once Stop returns no
+// decision may start (the daemon closes Redis and NATS next), and each
+// request is answered with a decision, answered "canceled", or not at all
+// (issue 12, suspect 3: Stop's wg.Wait ran while the callback kept starting
+// decisions, so Stop worked through the whole backlog, or returned with
+// decisions about to start).
+func TestIngestStopStartsNoDecisionAfterwards(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the drain")
+	}
+	t.Parallel()
+	srv := testenv.NATS(t)
+	nc, js := srv.Connect(t)
+	ctx := context.Background()
+	pub, err := publisher.New(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := testenv.SharedRedis(t)
+	proxy, err := chaos.NewProxy(rs.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	proxy.SetLatency(400*time.Millisecond, 0, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 8})
+	defer rdb.Close()
+	var stopped atomic.Bool
+	var late, decided atomic.Int32
+	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t),
+		Hooks: debounce.Hooks{Decision: func(_ string, _ debounce.Decision, err error, took time.Duration) {
+			decided.Add(1)
+			if stopped.Load() {
+				late.Add(1)
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := daemon.StartIngest(ctx, daemon.IngestConfig{Conn: nc, JetStream: js, Coalescer: co, Prefix: "co", Requests: true, Parallel: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replies, err := nc.SubscribeSync(nats.NewInbox() + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := strings.TrimSuffix(replies.Subject, ">")
+	const n = 150
+	for i := range n {
+		if err := nc.PublishRequest("co.events.notify", fmt.Sprintf("%s%d", inbox, i), []byte(fmt.Sprintf(`{"args":{"s":%d}}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	began := time.Now()
+	in.Stop()
+	stopped.Store(true)
+	// The drain is 10 s; a decision under way then takes about a second
+	// more. The backlog (about 25 s of decisions) is not worked through.
+	if took := time.Since(began); took > 20*time.Second {
+		t.Errorf("Stop took %v: it kept deciding the backlog past its 10 s drain", took.Round(time.Second))
+	}
+	time.Sleep(3 * time.Second) // a decision started late would finish by now
+	if late.Load() != 0 {
+		t.Fatalf("%d decisions ran after Stop returned", late.Load())
+	}
+	ok, canceled := 0, 0
+	for {
+		m, err := replies.NextMsg(100 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		switch {
+		case bytes.Contains(m.Data, []byte(`"code":"canceled"`)):
+			canceled++
+		case bytes.Contains(m.Data, []byte(`"outcome"`)):
+			ok++
+		default:
+			t.Errorf("reply %s", m.Data)
+		}
+	}
+	if ok != int(decided.Load()) {
+		t.Errorf("%d decisions answered of %d made (%d canceled, %d unanswered of %d); want every decision answered",
+			ok, decided.Load(), canceled, n-ok-canceled, n)
+	}
+	t.Logf("%d decided and answered, %d answered canceled, %d unanswered", ok, canceled, n-ok-canceled)
 }
