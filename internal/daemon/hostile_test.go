@@ -714,6 +714,7 @@ func TestHostileNATSIngest(t *testing.T) {
 		{"no policy", "co.events.unknown", []byte(`{"args":{}}`), "no_policy", `"unknown"`},
 		{"type with dots from the subject", "co.events.recompute.x", []byte(`{"args":{"tenant_id":1}}`), "no_policy", `"recompute.x"`},
 		{"invalid type from the subject", "co.events.-x", []byte(`{"args":{}}`), "invalid_type", ""},
+		{"a 1,000-byte type from the subject", "co.events." + strings.Repeat("t", 1000), []byte(`{"args":{}}`), "invalid_type", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -730,6 +731,19 @@ func TestHostileNATSIngest(t *testing.T) {
 				t.Errorf("a refused event changed state: %s", d)
 			}
 		})
+	}
+	// A traceparent header that is not W3C trace context is ignored, as
+	// on HTTP: the event is decided, not refused.
+	for _, tp := range []string{"garbage", "00-" + strings.Repeat("a", 300), "00-00000000000000000000000000000000-0000000000000000-01"} {
+		m := nats.NewMsg("co.events.notify")
+		m.Header.Set("traceparent", tp)
+		m.Data = []byte(`{"args":{"tp":"` + tp[:min(len(tp), 20)] + `"}}`)
+		reply, err := h.nc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Errorf("traceparent header %.40q: no reply: %v", tp, err)
+		} else if !bytes.Contains(reply.Data, []byte(`"outcome":"published"`)) {
+			t.Errorf("traceparent header %.40q: %.300s, want the event decided", tp, reply.Data)
+		}
 	}
 	// Still deciding good events.
 	msg, err := h.nc.Request("co.events.recompute", []byte(`{"args":{"tenant_id":77}}`), 5*time.Second)
