@@ -105,3 +105,65 @@ func TestBatchAnsweredPastTheWriteTimeout(t *testing.T) {
 		t.Logf("the batch took only %v: it did not outlast the write timeout", took)
 	}
 }
+
+// TestBatchWaitingForASlotOutlastsTheReadTimeout sends two batches to a
+// daemon deciding one at a time, the first long enough that the second
+// waits for its slot past the server's read timeout. The second must be
+// read and decided once its turn comes, not cut off: its client saw a
+// broken pipe and nothing decided (found measuring hostile batches on the
+// built binary: 8 clients at once, 4 cut off after the 10 s read timeout).
+func TestBatchWaitingForASlotOutlastsTheReadTimeout(t *testing.T) {
+	t.Parallel()
+	f := newAPIWith(t, func(c *daemon.APIConfig) {
+		c.BodyLimit = 1 << 20
+		c.Batches = 1
+		c.ReadTimeout = time.Second
+		c.WriteTimeout = time.Second
+	})
+	f.srv.Close()
+	srv := httptest.NewUnstartedServer(f.srv.Config.Handler)
+	srv.Config.ReadTimeout = time.Second
+	srv.Config.WriteTimeout = time.Second
+	srv.Start()
+	defer srv.Close()
+	body := func(base, n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, `{"type":"notify","args":{"w":%d}}`+"\n", base+i)
+		}
+		return b.String()
+	}
+	const n = 20_000
+	type result struct {
+		decided int
+		err     error
+	}
+	results := make(chan result, 2)
+	for k := range 2 {
+		go func() {
+			if k == 1 {
+				time.Sleep(100 * time.Millisecond) // the first takes the slot
+			}
+			resp, err := http.Post(srv.URL+"/v1/events:batch", "application/x-ndjson", strings.NewReader(body(k*n, n)))
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			decided := 0
+			for sc.Scan() {
+				if bytes.Contains(sc.Bytes(), []byte(`"outcome":"published"`)) {
+					decided++
+				}
+			}
+			results <- result{decided, sc.Err()}
+		}()
+	}
+	for range 2 {
+		r := <-results
+		if r.err != nil || r.decided != n {
+			t.Errorf("a batch: %d of %d lines decided (%v)", r.decided, n, r.err)
+		}
+	}
+}

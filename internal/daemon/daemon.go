@@ -311,7 +311,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	api := NewAPI(APIConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, Ready: ready, Tokens: cfg.HTTP.Tokens,
 		BodyLimit: cfg.HTTP.BodyLimit, Metrics: m, PublicMetrics: cfg.HTTP.PublicMetrics, Logger: log,
-		WriteTimeout: cfg.HTTP.WriteTimeout})
+		WriteTimeout: cfg.HTTP.WriteTimeout, ReadTimeout: cfg.HTTP.ReadTimeout})
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http: listen %s: %w (choose another with --http)", cfg.HTTP.Listen, err)

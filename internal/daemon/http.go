@@ -54,9 +54,12 @@ type APIConfig struct {
 	Batches int
 	Metrics *Metrics
 	// WriteTimeout is the server's (http.write_timeout): a batch renews it
-	// before it answers, so a batch that takes long to decide is answered
-	// in full. 0: left as the server set it.
+	// as it writes each chunk's answers, so a batch that takes long to
+	// decide is answered in full. 0: left as the server set it.
 	WriteTimeout time.Duration
+	// ReadTimeout is the server's (http.read_timeout): a batch that waited
+	// for its slot gets it afresh to read its body. 0: left as set.
+	ReadTimeout time.Duration
 	// PublicMetrics serves /metrics without a token even when Tokens are
 	// set (for a scraper that cannot send one). By default /metrics takes
 	// a token whenever the API does.
@@ -447,6 +450,12 @@ func (a *API) postBatch(w http.ResponseWriter, r *http.Request) *apiError {
 	case <-r.Context().Done():
 		return errf(http.StatusServiceUnavailable, "canceled", "", "the request ended while waiting for a batch slot")
 	}
+	rc := http.NewResponseController(w)
+	if a.cfg.ReadTimeout > 0 {
+		// The wait for a slot is not the client's slowness: reading the
+		// body starts its own read timeout.
+		_ = rc.SetReadDeadline(time.Now().Add(a.cfg.ReadTimeout))
+	}
 	sp := &spool{}
 	defer sp.close()
 	br := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, limit), 64<<10)
@@ -476,18 +485,29 @@ func (a *API) postBatch(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		break
 	}
-	var answers bytes.Buffer
 	src, err := sp.reader()
 	if err != nil {
 		return errf(http.StatusServiceUnavailable, "spool_failed", "", "cannot read the batch back: %v", err)
 	}
+	// From here every line is answered in place, in order, as its chunk is
+	// decided: the status is 200 whatever the lines hold.
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	out := bufio.NewWriterSize(w, 32<<10)
 	sr := bufio.NewReaderSize(src, 64<<10)
 	var chunk [][]byte
 	chunkBytes := int64(0)
 	decide := func() {
-		for _, ans := range a.decideBatch(r, chunk) {
-			answers.Write(ans)
-			answers.WriteByte('\n')
+		answers := a.decideBatch(r, chunk)
+		if a.cfg.WriteTimeout > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(a.cfg.WriteTimeout))
+		}
+		for _, ans := range answers {
+			_, _ = out.Write(ans)
+			_ = out.WriteByte('\n')
+		}
+		if out.Flush() == nil {
+			_ = rc.Flush()
 		}
 		chunk, chunkBytes = chunk[:0], 0
 	}
@@ -508,13 +528,9 @@ func (a *API) postBatch(w http.ResponseWriter, r *http.Request) *apiError {
 			break
 		}
 	}
-	decide()
-	if a.cfg.WriteTimeout > 0 {
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(a.cfg.WriteTimeout))
+	if len(chunk) > 0 {
+		decide()
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	_, _ = answers.WriteTo(w)
 	return nil
 }
 
