@@ -322,19 +322,19 @@ func (c *Coalescer) Submit(ctx context.Context, ev Event) (Decision, error) {
 // identify computes the fingerprint, the round key and (accumulate) the item.
 func (c *Coalescer) identify(p *compiled, ev Event) (fingerprint.Fingerprint, RoundKey, []byte, error) {
 	if len(bytes.TrimSpace(ev.Args)) == 0 {
-		return fingerprint.Fingerprint{}, RoundKey{}, nil, fmt.Errorf("%w: args: required; send {} when the job has none", ErrInvalidEvent)
+		return fingerprint.Fingerprint{}, RoundKey{}, nil, eventError("args", "invalid_event", "args: required; send {} when the job has none")
 	}
 	if ev.TraceParent != "" && !ValidTraceParent(ev.TraceParent) {
-		return fingerprint.Fingerprint{}, RoundKey{}, nil, fmt.Errorf("%w: traceparent: %q is not a W3C traceparent (lowercase hex and dashes, e.g. 00-<32 hex>-<16 hex>-01)", ErrInvalidEvent, truncate(ev.TraceParent, 80))
+		return fingerprint.Fingerprint{}, RoundKey{}, nil, eventError("traceparent", "invalid_traceparent", "traceparent: %q is not a W3C traceparent (lowercase hex and dashes, e.g. 00-<32 hex>-<16 hex>-01)", truncate(ev.TraceParent, 80))
 	}
 	fp, err := p.scheme.FromJSON(ev.Args)
 	if err != nil {
-		return fp, RoundKey{}, nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+		return fp, RoundKey{}, nil, fingerprintError(err, "")
 	}
 	key := RoundKey(fp)
 	if ev.Key != "" {
 		if len(ev.Key) > MaxExplicitKeyLen || !utf8.ValidString(ev.Key) {
-			return fp, key, nil, fmt.Errorf("%w: key: must be 1-%d bytes of UTF-8", ErrInvalidEvent, MaxExplicitKeyLen)
+			return fp, key, nil, eventError("key", "invalid_event", "key: must be 1-%d bytes of UTF-8", MaxExplicitKeyLen)
 		}
 		key = ExplicitKey(p.Type, ev.Key)
 	}
@@ -343,11 +343,14 @@ func (c *Coalescer) identify(p *compiled, ev Event) (fingerprint.Fingerprint, Ro
 	}
 	if p.itemScheme == nil {
 		item, err := fingerprint.Canonicalize(ev.Args)
-		return fp, key, item, err
+		if err != nil {
+			return fp, key, nil, fingerprintError(err, "")
+		}
+		return fp, key, item, nil
 	}
 	wrapped, err := p.itemScheme.AppendCanonical(nil, ev.Args)
 	if err != nil {
-		return fp, key, nil, fmt.Errorf("%w: item_field: %w", ErrInvalidEvent, err)
+		return fp, key, nil, fingerprintError(err, "item_field: ")
 	}
 	return fp, key, wrapped[p.itemPrefix : len(wrapped)-1], nil
 }
@@ -378,7 +381,7 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 	p, ok := c.policies[ev.Type]
 	if !ok {
 		if err := fingerprint.ValidateType(ev.Type); err != nil {
-			return Decision{Type: ev.Type}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+			return Decision{Type: ev.Type}, fingerprintError(err, "")
 		}
 		return Decision{Type: ev.Type}, fmt.Errorf("%w %q", ErrNoPolicy, ev.Type)
 	}

@@ -1,6 +1,11 @@
 package debounce
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/coalesce-io/coalesce/fingerprint"
+)
 
 // Sentinel errors; match with errors.Is. Returned errors wrap them with the
 // operation, job type and key.
@@ -37,3 +42,49 @@ var (
 	// RDB), so a restart loses every round's data.
 	ErrNoPersistence = errors.New("debounce: redis has no persistence")
 )
+
+// EventError is why an event was refused (it matches ErrInvalidEvent with
+// errors.Is): the field of the event it concerns and a stable code, the
+// ones the daemon answers with, so a caller needs no string matching.
+//
+//	var ee *debounce.EventError
+//	if errors.As(err, &ee) { log.Printf("%s: %s (%s)", ee.Field, ee.Msg, ee.Code) }
+type EventError struct {
+	// Field is "type", "args" (or a path into them such as
+	// "args.tenant_id"), "key" or "traceparent".
+	Field string
+	// Code is "invalid_event", "invalid_traceparent", or the code of the
+	// fingerprint.Error in Err (for example "unsafe_integer",
+	// "missing_key_field", "invalid_type").
+	Code string
+	// Msg says what is wrong and, where it can, what to send instead.
+	Msg string
+	// Err is the fingerprint.Error behind it, or nil.
+	Err error
+}
+
+func (e *EventError) Error() string { return ErrInvalidEvent.Error() + ": " + e.Msg }
+
+// Is makes an EventError match ErrInvalidEvent.
+func (e *EventError) Is(target error) bool { return target == ErrInvalidEvent }
+
+func (e *EventError) Unwrap() error { return e.Err }
+
+// eventError refuses an event for a reason of its own.
+func eventError(field, code, format string, args ...any) *EventError {
+	return &EventError{Field: field, Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// fingerprintError refuses an event for what the fingerprint found in it;
+// prefix, when set, is put before the message (for example "item_field: ").
+func fingerprintError(err error, prefix string) *EventError {
+	ee := &EventError{Field: "args", Code: "invalid_event", Msg: prefix + err.Error(), Err: err}
+	var fe *fingerprint.Error
+	if errors.As(err, &fe) {
+		ee.Field, ee.Code = fe.Path, fe.Code()
+		if ee.Code == "invalid_type" {
+			ee.Field = "type"
+		}
+	}
+	return ee
+}

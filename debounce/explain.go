@@ -32,7 +32,7 @@ func (c *Coalescer) Explain(ctx context.Context, ev Event) (Explanation, error) 
 	p, ok := c.policies[ev.Type]
 	if !ok {
 		if err := fingerprint.ValidateType(ev.Type); err != nil {
-			return Explanation{}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+			return Explanation{}, fingerprintError(err, "")
 		}
 		return Explanation{}, fmt.Errorf("%w %q", ErrNoPolicy, ev.Type)
 	}
@@ -42,7 +42,7 @@ func (c *Coalescer) Explain(ctx context.Context, ev Event) (Explanation, error) 
 	}
 	canon, err := p.scheme.AppendCanonical(nil, ev.Args)
 	if err != nil {
-		return Explanation{}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+		return Explanation{}, fingerprintError(err, "")
 	}
 	ex := Explanation{Type: p.Type, Fingerprint: fp, Key: key, KeyFields: p.scheme.KeyFields(),
 		ExplicitKey: ev.Key != "", Canonical: canon}

@@ -354,7 +354,7 @@ func truncateString(s string, n int) string {
 // submitError maps Submit's errors to API errors.
 func submitError(err error) *apiError {
 	var ae *apiError
-	var fe *fingerprint.Error
+	var ee *debounce.EventError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -362,24 +362,10 @@ func submitError(err error) *apiError {
 		return errf(http.StatusNotFound, "no_policy", "type", "%v; see GET /v1/policies", err)
 	case errors.Is(err, debounce.ErrJobTooLarge):
 		return errf(http.StatusRequestEntityTooLarge, "job_too_large", "args", "%s", strings.TrimPrefix(err.Error(), debounce.ErrJobTooLarge.Error()+": "))
+	case errors.As(err, &ee):
+		return errf(http.StatusBadRequest, ee.Code, ee.Field, "%s", ee.Msg)
 	case errors.Is(err, debounce.ErrInvalidEvent):
-		msg := strings.TrimPrefix(err.Error(), debounce.ErrInvalidEvent.Error()+": ")
-		if errors.As(err, &fe) {
-			field := fe.Path
-			code := fe.Code()
-			if code == "invalid_type" {
-				field = "type"
-			}
-			return errf(http.StatusBadRequest, code, field, "%s", msg)
-		}
-		field := "args"
-		switch {
-		case strings.HasPrefix(msg, "key:"):
-			field = "key"
-		case strings.HasPrefix(msg, "traceparent:"):
-			return errf(http.StatusBadRequest, "invalid_traceparent", "traceparent", "%s", msg)
-		}
-		return errf(http.StatusBadRequest, "invalid_event", field, "%s", msg)
+		return errf(http.StatusBadRequest, "invalid_event", "", "%v", err)
 	case errors.Is(err, debounce.ErrStoreUnavailable):
 		return errf(http.StatusServiceUnavailable, "store_unavailable", "", "%v; the policy is fail: closed, so nothing was published: retry later", err)
 	case errors.Is(err, debounce.ErrPublish):
