@@ -1,0 +1,71 @@
+// Package debounce decides, per event, whether it starts work or joins work
+// already pending: the producer-side core of coalesce.
+//
+// # Events, keys and rounds
+//
+// An Event names a job type and its arguments. Its Policy (one per job type,
+// given to New in Config.Policies) says how events of that type coalesce:
+// ModeDedup (one job while one is pending, released at the job's start, at
+// its success or at expiry), ModeThrottle (the first event of each window
+// runs at once, optionally a trailing job for the rest) or ModeDebounce (one
+// job a window after the first event, or with Extend after the last, never
+// later than MaxWait). Payload says what the job carries: the first event's
+// args, the last one's, or every event's item accumulated.
+//
+// Events that mean the same effect share a RoundKey: the fp1 fingerprint
+// (package fingerprint) of the job type and the canonical args, or of the
+// policy's KeyFields only (say tenant_id), or an explicit Event.Key. A
+// round is the pending work of one key: the first event opens it, later
+// events join it, and it ends when its job starts (Start, called by the
+// worker) or it is cancelled. Events after the start open the next round,
+// so work that arrives during a run is never folded into the run that
+// cannot see it.
+//
+// # Tokens and fencing
+//
+// Each round has a Token, random, carried by its job (with a Version that
+// grows as the round is extended and published again). Start, Finish,
+// CancelRound and the reaper name the token of the round they mean and
+// change nothing when Redis holds another: a late or repeated job can never
+// release, extend or cancel a round it does not belong to.
+//
+// # The life of a round
+//
+// Submit runs one Lua script per event against Redis: it opens the round or
+// joins it and returns the Decision (OutcomeScheduled, OutcomeCoalesced,
+// OutcomeExtended, OutcomePublished, OutcomeThrottled, OutcomeDuplicate or,
+// with Redis down and Fail open, OutcomeBypassed). The event that opened a
+// round publishes its job through the Publisher (package publisher: a
+// JetStream message scheduled for the round's due time), then marks the
+// round published; an event that finds a round still unpublished publishes
+// it itself, idempotently, so every accepted event is in a published round.
+// An extended round is published again with its new due time.
+//
+// When the job is delivered, the worker (package worker) calls Start: it
+// takes the round out of Redis, returning its Summary (count, first and
+// last seen, last args, accumulated items), and the job runs with them. A
+// delivery that comes before an extended round is due finds it not due and
+// waits for its later schedule.
+//
+// A round's data lives until its job starts, however long workers are
+// away, bounded by the stream's retention (Config.MaxAge, the publisher's
+// max_age, 7 days by default). The Reaper looks after what nothing else
+// would close: rounds reserved whose producer died before publishing, and
+// rounds whose message the stream no longer holds (it publishes them
+// again from the round's identity).
+//
+// # Two layouts
+//
+// A round is one Redis key in one of two layouts, chosen by the policy
+// once: a packed integer (dedup, throttle, debounce with a fixed window
+// and payload first: about 120 bytes per pending round) or a hash
+// (extend, payload last or accumulate, which must keep args or items).
+// layout.go describes both bit by bit.
+//
+// # Errors
+//
+// Submit's errors match, with errors.Is, ErrInvalidEvent (an *EventError,
+// with the field and code, for errors.As), ErrNoPolicy, ErrJobTooLarge,
+// ErrStoreUnavailable (Redis down under Fail closed: nothing published) and
+// ErrPublish (nothing accepted): retry those two, never the first three.
+package debounce
