@@ -19,7 +19,7 @@ import (
 func benchCoalescer(b *testing.B, policy debounce.Policy) (*debounce.Coalescer, *redis.Client) {
 	b.Helper()
 	srv := testenv.SharedRedis(b)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, PoolSize: 64})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, MaxRetries: -1, PoolSize: 64})
 	b.Cleanup(func() { rdb.Close() })
 	c, err := debounce.New(debounce.Config{
 		Redis:     rdb,

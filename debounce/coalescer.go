@@ -23,14 +23,18 @@ import (
 // for Submit (a worker that only releases rounds may leave it nil).
 type Config struct {
 	// Redis holds the reservations: a single node, Cluster or Sentinel
-	// client. Redis 7.0 or later (PEXPIRETIME). Give it MaxRetries: -1: the
-	// scripts that open rounds are not idempotent, and one resent by the
-	// client after its lost reply could reopen, under the same token, a round
-	// that has since run and closed; that round would never run. A lost reply
-	// is better reported (the caller retries the event).
-	Redis     redis.UniversalClient
-	Publisher Publisher
-	Policies  []Policy
+	// client. Redis 7.0 or later (PEXPIRETIME). Give it MaxRetries: -1 (New
+	// refuses a client that resends, unless AllowResends): the scripts that
+	// open rounds are not idempotent, and one resent by the client after its
+	// lost reply could reopen, under the same token, a round that has since
+	// run and closed; that round would never run. A lost reply is better
+	// reported (the caller retries the event).
+	Redis redis.UniversalClient
+	// AllowResends accepts a Redis client that resends commands whose reply
+	// was lost (go-redis MaxRetries > 0), with a warning. Leave it false.
+	AllowResends bool
+	Publisher    Publisher
+	Policies     []Policy
 	// Prefix of reservation keys; default DefaultPrefix. A longer prefix
 	// costs 16 more bytes per round once the key passes 14 bytes.
 	Prefix string
@@ -139,7 +143,7 @@ func (p *compiled) lifetime() time.Duration { return p.life }
 // New validates the policies and returns a Coalescer.
 func New(cfg Config) (*Coalescer, error) {
 	if cfg.Redis == nil {
-		return nil, fmt.Errorf("%w: Config.Redis is required", ErrInvalidPolicy)
+		return nil, fmt.Errorf("%w: Config.Redis is required", ErrInvalidConfig)
 	}
 	c := &Coalescer{
 		rdb:      cfg.Redis,
@@ -172,7 +176,10 @@ func New(cfg Config) (*Coalescer, error) {
 	c.sizer, _ = c.pub.(sizer)
 
 	if clientRetries(c.rdb) {
-		c.log.Warn("the Redis client resends commands whose reply was lost (MaxRetries); set MaxRetries: -1, or a resent opening can reopen a round that already ran")
+		if !cfg.AllowResends {
+			return nil, fmt.Errorf("%w: Config.Redis resends commands whose reply was lost (go-redis MaxRetries defaults to 3): set MaxRetries: -1 in its options, or a resent opening can reopen a round that already ran; Config.AllowResends accepts it anyway", ErrInvalidConfig)
+		}
+		c.log.Warn("the Redis client resends commands whose reply was lost (MaxRetries), allowed by Config.AllowResends: a resent opening can reopen a round that already ran")
 	}
 	switch {
 	case cfg.Pipelines == 0:
@@ -204,11 +211,11 @@ func (c *Coalescer) setMaxAge(want time.Duration) error {
 	}
 	switch {
 	case want < 0 || want > MaxMaxAge:
-		return fmt.Errorf("%w: Config.MaxAge %v must be between 0 (the default) and %v", ErrInvalidPolicy, want, MaxMaxAge)
+		return fmt.Errorf("%w: Config.MaxAge %v must be between 0 (the default) and %v", ErrInvalidConfig, want, MaxMaxAge)
 	case want != 0 && stream != 0 && want != stream:
-		return fmt.Errorf("%w: Config.MaxAge %v differs from the stream's MaxAge %v: rounds must live exactly as long as their jobs wait in the stream; leave MaxAge unset to take the stream's", ErrInvalidPolicy, want, stream)
+		return fmt.Errorf("%w: Config.MaxAge %v differs from the stream's MaxAge %v: rounds must live exactly as long as their jobs wait in the stream; leave MaxAge unset to take the stream's", ErrInvalidConfig, want, stream)
 	case stream > MaxMaxAge:
-		return fmt.Errorf("%w: the stream keeps jobs %v, longer than the %v a round may wait", ErrInvalidPolicy, stream, MaxMaxAge)
+		return fmt.Errorf("%w: the stream keeps jobs %v, longer than the %v a round may wait", ErrInvalidConfig, stream, MaxMaxAge)
 	}
 	c.maxAge = cmp.Or(want, stream, DefaultMaxAge)
 	c.streamAge = stream

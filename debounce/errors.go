@@ -27,6 +27,9 @@ var (
 	// Publisher's transport (NATS max payload): it can never be published,
 	// so retrying is pointless. Nothing is reserved.
 	ErrJobTooLarge = errors.New("debounce: job too large for one message")
+	// ErrInvalidConfig: a Config that New refuses (a missing Redis, a
+	// client that resends commands, a MaxAge out of range).
+	ErrInvalidConfig = errors.New("debounce: invalid config")
 	// ErrInvalidPolicy: a policy cannot be used (see PolicyError).
 	ErrInvalidPolicy = errors.New("debounce: invalid policy")
 	// ErrNoPolicy: no policy is configured for the event's job type.

@@ -23,7 +23,7 @@ func Example() {
 	// miniredis's TTLs stand still unless moved; freeze its clock too, so
 	// expiry times (part of every round's token) read back exactly.
 	mr.SetTime(time.Now())
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true})
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true, MaxRetries: -1})
 	defer rdb.Close()
 
 	var published []debounce.Job

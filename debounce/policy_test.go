@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/coalesce-io/coalesce/debounce"
 )
 
@@ -100,9 +102,22 @@ func TestPolicyDefaults(t *testing.T) {
 
 func TestNewRefusesBadConfig(t *testing.T) {
 	t.Parallel()
-	_, rdb := miniClient(t)
-	if _, err := debounce.New(debounce.Config{}); !errors.Is(err, debounce.ErrInvalidPolicy) {
+	mr, rdb := miniClient(t)
+	if _, err := debounce.New(debounce.Config{}); !errors.Is(err, debounce.ErrInvalidConfig) {
 		t.Errorf("no Redis: %v", err)
+	}
+	// go-redis resends a command whose reply was lost three times by
+	// default; a resent opening can reopen a round that already ran.
+	resending := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true})
+	defer resending.Close()
+	if _, err := debounce.New(debounce.Config{Redis: resending}); !errors.Is(err, debounce.ErrInvalidConfig) || !strings.Contains(err.Error(), "MaxRetries: -1") {
+		t.Errorf("a client that resends: %v, want it refused naming MaxRetries: -1", err)
+	}
+	if _, err := debounce.New(debounce.Config{Redis: resending, AllowResends: true}); err != nil {
+		t.Errorf("a client that resends, allowed: %v", err)
+	}
+	if _, err := debounce.New(debounce.Config{Redis: rdb, MaxAge: -time.Second}); !errors.Is(err, debounce.ErrInvalidConfig) {
+		t.Errorf("a negative MaxAge: %v", err)
 	}
 	if _, err := debounce.New(debounce.Config{Redis: rdb, Prefix: "a{b"}); err == nil || !strings.Contains(err.Error(), "must not contain") {
 		t.Errorf("prefix with a brace: %v", err)

@@ -225,7 +225,7 @@ func TestMemoryPerRound(t *testing.T) {
 		t.Skip("100k rounds")
 	}
 	srv := testenv.NewRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, PoolSize: 32})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, MaxRetries: -1, PoolSize: 32})
 	t.Cleanup(func() { rdb.Close() })
 	c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: &recorder{}, Policies: []debounce.Policy{
 		{Type: "recompute", Mode: debounce.ModeDebounce, Window: 30 * time.Second, KeyFields: []string{"tenant_id"}},

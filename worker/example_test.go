@@ -36,7 +36,7 @@ func Example() {
 	nc, _ := nats.Connect(ns.ClientURL())
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true})
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true, MaxRetries: -1})
 	defer rdb.Close()
 	ctx := context.Background()
 

@@ -58,6 +58,9 @@ func run(redisURL, natsURL string) error {
 		return err
 	}
 	opt.DisableIdentity = true
+	// Never resend a command whose reply was lost: a resent opening could
+	// reopen a round that already ran (debounce.New refuses such a client).
+	opt.MaxRetries = -1
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	nc, err := nats.Connect(natsURL)

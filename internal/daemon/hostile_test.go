@@ -84,7 +84,7 @@ func newHostileDaemon(t *testing.T) *hostileDaemon {
 	ctx := context.Background()
 	h := &hostileDaemon{errorLog: &syncBuffer{}}
 	rs := testenv.NewRedis(t)
-	h.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr, DisableIdentity: true})
+	h.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr, DisableIdentity: true, MaxRetries: -1})
 	t.Cleanup(func() { h.rdb.Close() })
 	h.nc, h.js = testenv.NATS(t).Connect(t)
 	var err error

@@ -601,7 +601,7 @@ func TestIngestStopStartsNoDecisionAfterwards(t *testing.T) {
 	}
 	defer proxy.Close()
 	proxy.SetLatency(400*time.Millisecond, 0, 0)
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 8})
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 8, MaxRetries: -1})
 	defer rdb.Close()
 	var stopped atomic.Bool
 	var late, decided atomic.Int32

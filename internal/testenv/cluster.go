@@ -93,13 +93,13 @@ func StartCluster() (*RedisCluster, error) {
 		c.Stop()
 		return nil, fmt.Errorf("redis-cli --cluster create: %v: %s", err, lastLines(string(out), 5))
 	}
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, DisableIdentity: true})
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, DisableIdentity: true, MaxRetries: -1})
 	defer client.Close()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ok := true
 		for _, a := range c.Addrs {
-			node := redis.NewClient(&redis.Options{Addr: a, DisableIdentity: true})
+			node := redis.NewClient(&redis.Options{Addr: a, DisableIdentity: true, MaxRetries: -1})
 			info, err := node.ClusterInfo(context.Background()).Result()
 			node.Close()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
@@ -120,7 +120,7 @@ func StartCluster() (*RedisCluster, error) {
 // Client returns a cluster client, closed when the test ends.
 func (c *RedisCluster) Client(t testing.TB) *redis.ClusterClient {
 	t.Helper()
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, DisableIdentity: true})
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, DisableIdentity: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
 }

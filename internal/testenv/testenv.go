@@ -246,7 +246,7 @@ func FreePort() (int, error) {
 // Client returns a go-redis client for the server, closed when the test ends.
 func (s *RedisServer) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, DisableIdentity: true})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, DisableIdentity: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -256,7 +256,7 @@ func (s *RedisServer) Client(t testing.TB) *redis.Client {
 func Miniredis(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 	t.Helper()
 	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr(), DisableIdentity: true})
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), DisableIdentity: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	return m, c
 }
