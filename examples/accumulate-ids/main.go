@@ -37,8 +37,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coalesce-io/coalesce/coalescetest"
 	"github.com/coalesce-io/coalesce/debounce"
-	"github.com/coalesce-io/coalesce/internal/devservers"
 	"github.com/coalesce-io/coalesce/publisher"
 	"github.com/coalesce-io/coalesce/worker"
 )
@@ -72,12 +72,8 @@ type change struct {
 
 func run(ctx context.Context, redisURL, natsURL string, out io.Writer) error {
 	if redisURL == "" || natsURL == "" {
-		dir, err := os.MkdirTemp("", "accumulate-ids-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		dev, err := devservers.Start(devservers.Options{NATSListen: "127.0.0.1:0", RedisListen: "127.0.0.1:0", DataDir: dir})
+		// In-process servers, as a test would use (package coalescetest).
+		dev, err := coalescetest.StartServers()
 		if err != nil {
 			return err
 		}
