@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coalesce-io/coalesce/worker"
 )
 
 var (
@@ -186,14 +188,14 @@ func TestServeAndWorkProcesses(t *testing.T) {
 	metricsAddr := freeAddr(t)
 	work := start(t, "work", "--config", cfgPath, "--redis", "redis://"+redisAddr+"/0", "--nats", "nats://"+natsAddr, "--metrics", metricsAddr,
 		"--type", "recompute_financials", "--exec", "cat >> "+jobsFile+"; echo >> "+jobsFile)
-	readJobs := func() []jobJSON {
+	readJobs := func() []worker.Document {
 		raw, _ := os.ReadFile(jobsFile)
-		var jobs []jobJSON
+		var jobs []worker.Document
 		sc := bufio.NewScanner(bytes.NewReader(raw))
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
-				var j jobJSON
+				var j worker.Document
 				if err := json.Unmarshal(line, &j); err != nil {
 					t.Fatalf("job line %s: %v", line, err)
 				}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coalesce-io/coalesce/worker"
 )
 
 const restartConfig = `policies:
@@ -67,13 +69,13 @@ func TestEmbeddedRestartKeepsRounds(t *testing.T) {
 			jobsFile := filepath.Join(dir, "jobs.ndjson")
 			work := start(t, "work", "--config", cfgPath, "--redis", "redis://"+redisAddr+"/0", "--nats", "nats://"+natsAddr,
 				"--type", "reindex", "--exec", "cat >> "+jobsFile+"; echo >> "+jobsFile)
-			read := func() []jobJSON {
+			read := func() []worker.Document {
 				raw, _ := os.ReadFile(jobsFile)
-				var jobs []jobJSON
+				var jobs []worker.Document
 				sc := bufio.NewScanner(bytes.NewReader(raw))
 				for sc.Scan() {
 					if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
-						var j jobJSON
+						var j worker.Document
 						if err := json.Unmarshal(line, &j); err != nil {
 							t.Fatalf("job line %s: %v", line, err)
 						}

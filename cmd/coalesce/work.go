@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/daemon"
 	"github.com/coalesce-io/coalesce/worker"
 )
@@ -57,23 +56,6 @@ Environment for CMD: COALESCE_JOB_TYPE, COALESCE_ROUND_KEY, COALESCE_ATTEMPT.
 With no servers configured it connects to a local ` + "`coalesce serve`" + `'s
 development servers (127.0.0.1:6379 and 127.0.0.1:4222). Give it the same
 --config as the daemon so it knows the policies (dedup until success needs it).`
-
-// jobJSON is what --exec commands read on stdin.
-type jobJSON struct {
-	Type        string           `json:"type"`
-	Args        json.RawMessage  `json:"args"`
-	Key         string           `json:"key"`
-	Fingerprint string           `json:"fingerprint"`
-	Round       string           `json:"round,omitempty"`
-	Mode        string           `json:"mode,omitempty"`
-	Payload     string           `json:"payload,omitempty"`
-	OpenedAt    time.Time        `json:"opened_at"`
-	DueAt       time.Time        `json:"due_at,omitzero"`
-	TraceParent string           `json:"traceparent,omitempty"`
-	Attempt     int              `json:"attempt"`
-	Release     string           `json:"release"`
-	Summary     debounce.Summary `json:"summary"`
-}
 
 func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("work", workSynopsis, stderr)
@@ -148,12 +130,7 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 // execHandler runs cmd for each job, its output on ours.
 func execHandler(cmdline string, stdout, stderr io.Writer) worker.Handler {
 	return func(ctx context.Context, job *worker.Job) error {
-		in, err := json.Marshal(jobJSON{
-			Type: job.Type, Args: job.Args, Key: job.Key.String(), Fingerprint: job.Fingerprint.String(),
-			Round: job.Token.String(), Mode: string(job.Mode), Payload: string(job.Payload),
-			OpenedAt: job.OpenedAt, DueAt: job.DueAt, TraceParent: job.TraceParent,
-			Attempt: job.Attempt, Release: string(job.Release), Summary: job.Summary,
-		})
+		in, err := json.Marshal(job.Document())
 		if err != nil {
 			return worker.Permanent(err)
 		}
