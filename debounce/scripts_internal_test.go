@@ -1,0 +1,68 @@
+package debounce
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestScriptConstantsMatchTheLayout: the packed layout's constants are
+// written out in the Lua scripts (Lua has no shared module); each must be
+// the value layout.go uses, or a script would read another bit than Go
+// writes. Every `local NAME[, NAME] = N[, N]` of a known name is checked,
+// and so is every bare use of their values and of the count modulus.
+func TestScriptConstantsMatchTheLayout(t *testing.T) {
+	want := map[string]int64{
+		"RND":    1 << packRndShift,
+		"PUB":    packPub,
+		"CNT":    packCnt,
+		"MAXCNT": packMaxCount,
+	}
+	files, err := filepath.Glob("scripts/*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	decl := regexp.MustCompile(`(?m)^local ([A-Z][A-Z, ]*?)\s*=\s*([0-9][0-9, ]*)`)
+	checked := 0
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(src), -1) {
+			names, values := strings.Split(m[1], ","), strings.Split(m[2], ",")
+			if len(names) != len(values) {
+				t.Errorf("%s: %q: names and values differ in number", f, m[0])
+				continue
+			}
+			for i, name := range names {
+				name = strings.TrimSpace(name)
+				w, known := want[name]
+				if !known {
+					continue
+				}
+				got, err := strconv.ParseInt(strings.TrimSpace(values[i]), 10, 64)
+				if err != nil || got != w {
+					t.Errorf("%s: %s = %s, layout.go has %d", f, name, strings.TrimSpace(values[i]), w)
+				}
+				checked++
+			}
+		}
+		// The count field's modulus (2^22) and the seen encoding's bounds
+		// appear as literals in expressions.
+		for lit, w := range map[string]int64{"4194304": packMaxCount + 1, "2048": seenExact, "65535": packMaxSeen} {
+			if strings.Contains(string(src), lit) {
+				if n, _ := strconv.ParseInt(lit, 10, 64); n != w {
+					t.Errorf("%s uses %s where layout.go has %d", f, lit, w)
+				}
+				checked++
+			}
+		}
+	}
+	if checked < 10 {
+		t.Errorf("only %d constants found in the scripts: the pattern no longer matches them", checked)
+	}
+}
