@@ -167,8 +167,8 @@ func (e *Env) Submit(ctx context.Context, jobType, args string) (debounce.Decisi
 // subjects, Coalescer and Publisher. edit, when not nil, changes the rest
 // of the config (concurrency, backoff, guards) before it is built.
 func (e *Env) NewWorker(edit func(*worker.Config), types ...string) (*worker.Worker, error) {
-	cfg := worker.Config{JetStream: e.JetStream, Stream: e.Publisher.Stream(), Subjects: e.Publisher.Subjects(),
-		Coalescer: e.Coalescer, Publisher: e.Publisher, Types: types}
+	// The worker takes the stream and subjects from the Publisher.
+	cfg := worker.Config{JetStream: e.JetStream, Coalescer: e.Coalescer, Publisher: e.Publisher, Types: types}
 	if edit != nil {
 		edit(&cfg)
 	}

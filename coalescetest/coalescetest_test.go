@@ -3,6 +3,7 @@ package coalescetest_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -109,4 +110,22 @@ func Example() {
 	stop()
 	_ = wait()
 	// Output: one job for 100 events
+}
+
+// A worker config naming another stream or subject prefix than its
+// Publisher's is refused, not left to consume nothing.
+func TestWorkerRefusesAnotherStream(t *testing.T) {
+	env := coalescetest.New(t, debounce.Policy{Type: "ping", Mode: debounce.ModeDedup})
+	for _, edit := range []func(*worker.Config){
+		func(c *worker.Config) { c.Stream = "OTHER" },
+		func(c *worker.Config) { c.Subjects.Prefix = "other" },
+	} {
+		if _, err := env.NewWorker(edit, "ping"); !errors.Is(err, worker.ErrInvalidConfig) {
+			t.Errorf("a worker on another stream or prefix than its Publisher's: %v, want ErrInvalidConfig", err)
+		}
+	}
+	same := func(c *worker.Config) { c.Stream, c.Subjects = env.Publisher.Stream(), env.Publisher.Subjects() }
+	if _, err := env.NewWorker(same, "ping"); err != nil {
+		t.Errorf("the Publisher's own stream and subjects: %v", err)
+	}
 }

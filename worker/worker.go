@@ -89,8 +89,8 @@ type Hooks struct {
 // Config configures a Worker.
 type Config struct {
 	JetStream jetstream.JetStream // required
-	Stream    string              // publisher.DefaultStream when empty
-	Subjects  publisher.Subjects  // subject prefix of the stream
+	Stream    string              // the Publisher's stream (a *publisher.Publisher), else publisher.DefaultStream
+	Subjects  publisher.Subjects  // the Publisher's subjects (a *publisher.Publisher), else the default prefix
 	// Coalescer closes rounds (it needs the same Redis, prefix and policies
 	// as the producers).
 	Coalescer *debounce.Coalescer
@@ -128,6 +128,18 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if len(cfg.Types) == 0 {
 		return nil, fmt.Errorf("%w: Types: name at least one job type to consume", ErrInvalidConfig)
+	}
+	// A JetStream publisher knows its stream and subjects: take them, and
+	// refuse others (a worker on other subjects would silently consume
+	// nothing of the producer's).
+	if p, ok := cfg.Publisher.(*publisher.Publisher); ok && p != nil {
+		switch {
+		case cfg.Stream != "" && cfg.Stream != p.Stream():
+			return nil, fmt.Errorf("%w: Stream %q differs from the Publisher's %q: leave it empty to take the Publisher's", ErrInvalidConfig, cfg.Stream, p.Stream())
+		case cfg.Subjects.Prefix != "" && cfg.Subjects.Job("t") != p.Subjects().Job("t"):
+			return nil, fmt.Errorf("%w: Subjects prefix %q differs from the Publisher's %q: leave Subjects empty to take the Publisher's", ErrInvalidConfig, cfg.Subjects.Prefix, p.Subjects().Prefix)
+		}
+		cfg.Stream, cfg.Subjects = p.Stream(), p.Subjects()
 	}
 	if cfg.Stream == "" {
 		cfg.Stream = publisher.DefaultStream

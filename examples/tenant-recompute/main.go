@@ -92,7 +92,7 @@ func run(redisURL, natsURL string) error {
 	var wg sync.WaitGroup
 	jobs := make(chan *worker.Job, 16)
 	w, err := worker.New(worker.Config{
-		JetStream: js, Stream: "EXAMPLE_TENANTS", Subjects: pub.Subjects(),
+		JetStream: js, // stream and subjects: the Publisher's
 		Coalescer: co, Publisher: pub, Types: []string{"recompute_financials"},
 	})
 	if err != nil {
