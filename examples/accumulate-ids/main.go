@@ -126,7 +126,7 @@ func run(ctx context.Context, redisURL, natsURL string, out io.Writer) error {
 	// Worker half: reindex the products each job names.
 	jobs := make(chan started, 16)
 	w, err := worker.New(worker.Config{
-		JetStream: js, Stream: stream, Subjects: pub.Subjects(),
+		JetStream: js, // stream and subjects: the Publisher's
 		Coalescer: co, Publisher: pub, Types: []string{jobType},
 		ShutdownTimeout: 2 * time.Second,
 	})

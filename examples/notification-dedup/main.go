@@ -134,7 +134,7 @@ func run(ctx context.Context, redisURL, natsURL string, out io.Writer) error {
 	pushes := make(chan push, 16)
 	var timeoutOnce sync.Once
 	w, err := worker.New(worker.Config{
-		JetStream: js, Stream: stream, Subjects: pub.Subjects(),
+		JetStream: js, // stream and subjects: the Publisher's
 		Coalescer: co, Publisher: pub, Types: []string{jobType},
 		Concurrency:     1, // one push at a time, so the story reads the same every run
 		Backoff:         []time.Duration{retryDelay},

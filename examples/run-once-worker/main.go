@@ -154,7 +154,7 @@ func run(ctx context.Context, redisURL, natsURL string, out io.Writer) error {
 			return err
 		}
 		w, err := worker.New(worker.Config{
-			JetStream: wjs, Stream: stream, Subjects: pub.Subjects(),
+			JetStream: wjs, // stream and subjects: the Publisher's
 			Coalescer: co, Publisher: pub, Types: []string{jobType},
 			AckWait:         ackWait,
 			ShutdownTimeout: 2 * time.Second,
