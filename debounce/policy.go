@@ -163,9 +163,10 @@ func (p Policy) latestDue() time.Duration {
 	return p.Window
 }
 
-// Validate checks a policy after WithDefaults and returns a *PolicyError for
-// the first problem, saying what to change.
+// Validate checks a policy, with its defaults filled in (WithDefaults), and
+// returns a *PolicyError for the first problem, saying what to change.
 func (p Policy) Validate() error {
+	p = p.WithDefaults()
 	bad := func(field, format string, args ...any) error {
 		return &PolicyError{Type: p.Type, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}

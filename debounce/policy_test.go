@@ -66,19 +66,23 @@ func TestPolicyValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := tt.p.WithDefaults().Validate()
-			if tt.field == "" {
-				if err != nil {
-					t.Fatalf("valid policy refused: %v", err)
+			// Validate fills in the defaults itself: a policy as written
+			// and the same with WithDefaults get the same answer.
+			for _, p := range []debounce.Policy{tt.p, tt.p.WithDefaults()} {
+				err := p.Validate()
+				if tt.field == "" {
+					if err != nil {
+						t.Fatalf("valid policy refused: %v", err)
+					}
+					continue
 				}
-				return
-			}
-			var pe *debounce.PolicyError
-			if !errors.As(err, &pe) || !errors.Is(err, debounce.ErrInvalidPolicy) {
-				t.Fatalf("error %v, want a *PolicyError", err)
-			}
-			if pe.Field != tt.field || !strings.Contains(err.Error(), tt.msgHas) {
-				t.Errorf("got %q (field %s), want field %s and %q", err, pe.Field, tt.field, tt.msgHas)
+				var pe *debounce.PolicyError
+				if !errors.As(err, &pe) || !errors.Is(err, debounce.ErrInvalidPolicy) {
+					t.Fatalf("error %v, want a *PolicyError", err)
+				}
+				if pe.Field != tt.field || !strings.Contains(err.Error(), tt.msgHas) {
+					t.Errorf("got %q (field %s), want field %s and %q", err, pe.Field, tt.field, tt.msgHas)
+				}
 			}
 		})
 	}
