@@ -6,15 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
-	"runtime"
-	"runtime/pprof"
-	"slices"
-	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +17,7 @@ import (
 	"github.com/coalesce-io/coalesce/internal/config"
 	"github.com/coalesce-io/coalesce/internal/daemon"
 	"github.com/coalesce-io/coalesce/internal/devservers"
+	"github.com/coalesce-io/coalesce/internal/loadgen"
 	"github.com/coalesce-io/coalesce/publisher"
 )
 
@@ -41,33 +35,6 @@ cpu) and Redis bytes per round (INFO memory) — give it a Redis of its own.
 With no servers given it uses in-process NATS and Redis (miniredis: no CPU
 or memory figures). Modes: debounce, extend, dedup, throttle; payloads:
 first, last, accumulate.`
-
-// benchResult is the one JSON line bench prints.
-type benchResult struct {
-	Mode        string  `json:"mode"`
-	Payload     string  `json:"payload"`
-	Via         string  `json:"via"`
-	Events      int     `json:"events"`
-	Keys        int     `json:"keys"`
-	Concurrency int     `json:"concurrency"`
-	Errors      int64   `json:"errors"`
-	Seconds     float64 `json:"seconds"`
-	EventsPerS  float64 `json:"events_per_s"`
-	P50us       float64 `json:"p50_us"`
-	P99us       float64 `json:"p99_us"`
-	// The coalesced path (library only): decisions that joined a pending
-	// round or were dropped by design, without the openings, which wait for
-	// their JetStream publish and, at 1% of events, set the overall p99.
-	JoinedP50us         *float64 `json:"joined_p50_us,omitempty"`
-	JoinedP99us         *float64 `json:"joined_p99_us,omitempty"`
-	RoundsOpened        int64    `json:"rounds_opened"`
-	JobsPublished       int64    `json:"jobs_published"`
-	DuplicatesObserved  int64    `json:"duplicates_observed"`
-	RedisCPUusPerEvent  *float64 `json:"redis_cpu_us_per_event"`
-	RedisBytesPerRound  *float64 `json:"redis_bytes_per_round"`
-	ClientCPUusPerEvent float64  `json:"client_cpu_us_per_event"`
-	AllocsPerEvent      float64  `json:"allocs_per_event"`
-}
 
 func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", benchSynopsis, stderr)
@@ -108,7 +75,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		return fmt.Appendf(nil, `{"type":%q,"args":{"tenant_id":"tenant-%d","seq":%d}}`, *jobType, i%*keys, i)
 	}
 
-	res := benchResult{Mode: *mode, Payload: *payload, Events: *events, Keys: *keys, Concurrency: *conc}
+	res := loadgen.Result{Mode: *mode, Payload: *payload, Events: *events, Keys: *keys, Concurrency: *conc}
 	var rdb redis.UniversalClient
 	var submit func(ctx context.Context, from, to int) error // decides events [from, to)
 	var opened, published atomic.Int64
@@ -240,122 +207,19 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		*batch = 1
 	}
 
-	cpu0, mem0, redisInfo := redisUsage(ctx, rdb)
-	var ms0 runtime.MemStats
-	runtime.ReadMemStats(&ms0)
-	cpuStart := processCPU()
-	requests := (*events + *batch - 1) / *batch
-	lat := make([]time.Duration, requests)
-	var next atomic.Int64
-	var errs atomic.Int64
-	var firstErr atomic.Value
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-	}
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range *conc {
-		wg.Go(func() {
-			for {
-				r := int(next.Add(1)) - 1
-				if r >= requests {
-					return
-				}
-				from := r * *batch
-				to := min(from+*batch, *events)
-				t0 := time.Now()
-				if err := submit(ctx, from, to); err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-				}
-				lat[r] = time.Since(t0)
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if *cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
-	cpuUsed := processCPU() - cpuStart
-	var ms1 runtime.MemStats
-	runtime.ReadMemStats(&ms1)
-
-	res.Seconds = round(elapsed.Seconds(), 3)
-	res.EventsPerS = round(float64(*events)/elapsed.Seconds(), 0)
-	if opens != nil {
-		joined := make([]time.Duration, 0, len(lat))
-		for i, d := range lat {
-			if !opens[i] {
-				joined = append(joined, d)
-			}
-		}
-		if len(joined) > 0 {
-			slices.Sort(joined)
-			p50 := round(float64(joined[len(joined)/2].Microseconds()), 0)
-			p99 := round(float64(joined[len(joined)*99/100].Microseconds()), 0)
-			res.JoinedP50us, res.JoinedP99us = &p50, &p99
-		}
-	}
-	slices.Sort(lat)
-	res.P50us = round(float64(lat[len(lat)/2].Microseconds()), 0)
-	res.P99us = round(float64(lat[len(lat)*99/100].Microseconds()), 0)
-	res.Errors = errs.Load()
-	res.RoundsOpened = opened.Load()
-	res.JobsPublished = published.Load()
-	res.DuplicatesObserved = max(0, res.RoundsOpened-int64(*keys))
-	res.ClientCPUusPerEvent = round(cpuUsed.Seconds()*1e6/float64(*events), 2)
-	if res.Via == "library" {
-		res.AllocsPerEvent = round(float64(ms1.Mallocs-ms0.Mallocs)/float64(*events), 1)
-	}
-	if redisInfo {
-		cpu1, mem1, _ := redisUsage(ctx, rdb)
-		perEvent := round((cpu1-cpu0)*1e6/float64(*events), 2)
-		res.RedisCPUusPerEvent = &perEvent
-		if res.RoundsOpened > 0 {
-			perRound := round(float64(mem1-mem0)/float64(res.RoundsOpened), 1)
-			res.RedisBytesPerRound = &perRound
-		}
+	first, err := loadgen.Run(ctx, loadgen.Load{Events: *events, Batch: *batch, Concurrency: *conc, Submit: submit,
+		Keys: *keys, Opened: &opened, Published: &published, Redis: rdb, Opens: opens,
+		Allocs: res.Via == "library", CPUProfile: *cpuProfile}, &res)
+	if err != nil {
+		return err
 	}
 	out, _ := json.Marshal(res)
 	fmt.Fprintln(stdout, string(out))
-	if e := firstErr.Load(); e != nil {
-		fmt.Fprintf(stderr, "coalesce bench: %d failed (first: %s)\n", res.Errors, e)
+	if first != nil {
+		fmt.Fprintf(stderr, "coalesce bench: %d failed (first: %v)\n", res.Errors, first)
 		return exitError{exitFailure}
 	}
 	return nil
-}
-
-func round(v float64, digits int) float64 {
-	p := math.Pow10(digits)
-	return math.Round(v*p) / p
-}
-
-// redisUsage reads Redis's CPU seconds and used memory; ok false when the
-// server does not answer INFO (miniredis).
-func redisUsage(ctx context.Context, rdb redis.UniversalClient) (cpu float64, mem int64, ok bool) {
-	raw, err := rdb.Info(ctx, "cpu", "memory").Result()
-	if err != nil {
-		return 0, 0, false
-	}
-	for line := range strings.SplitSeq(raw, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		switch k {
-		case "used_cpu_sys", "used_cpu_user":
-			f, _ := strconv.ParseFloat(v, 64)
-			cpu += f
-		case "used_memory":
-			mem, _ = strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return cpu, mem, true
 }
 
 // purgeBenchStream drops the bench's jobs so they do not run anywhere.

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coalesce-io/coalesce/internal/loadgen"
 	"github.com/coalesce-io/coalesce/worker"
 )
 
@@ -321,7 +322,7 @@ func TestServeRefusals(t *testing.T) {
 func TestBenchCommand(t *testing.T) {
 	t.Parallel()
 	code, out, stderr := runBin(t, "", "bench", "--events", "300", "--keys", "10", "--concurrency", "4", "--window", "1m")
-	var r benchResult
+	var r loadgen.Result
 	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
 		t.Fatalf("bench: exit %d, %v, stdout %q stderr %q", code, err, out, stderr)
 	}

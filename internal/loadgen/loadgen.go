@@ -1,0 +1,205 @@
+// Package loadgen is `coalesce bench`'s load generator: it sends a workload
+// through a Submit function (the library, or a daemon's HTTP API) with a
+// bounded number in flight, and measures throughput, latency, its own CPU
+// and allocations and, when Redis answers INFO, Redis's CPU and memory.
+// cmd/coalesce wires the targets; this package knows none of them.
+package loadgen
+
+import (
+	"context"
+	"math"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Result is the one JSON line `coalesce bench` prints; its field names are
+// what BENCHMARKS.md and scripts read.
+type Result struct {
+	Mode        string  `json:"mode"`
+	Payload     string  `json:"payload"`
+	Via         string  `json:"via"`
+	Events      int     `json:"events"`
+	Keys        int     `json:"keys"`
+	Concurrency int     `json:"concurrency"`
+	Errors      int64   `json:"errors"`
+	Seconds     float64 `json:"seconds"`
+	EventsPerS  float64 `json:"events_per_s"`
+	P50us       float64 `json:"p50_us"`
+	P99us       float64 `json:"p99_us"`
+	// The coalesced path (library only): decisions that joined a pending
+	// round or were dropped by design, without the openings, which wait for
+	// their JetStream publish and, at 1% of events, set the overall p99.
+	JoinedP50us         *float64 `json:"joined_p50_us,omitempty"`
+	JoinedP99us         *float64 `json:"joined_p99_us,omitempty"`
+	RoundsOpened        int64    `json:"rounds_opened"`
+	JobsPublished       int64    `json:"jobs_published"`
+	DuplicatesObserved  int64    `json:"duplicates_observed"`
+	RedisCPUusPerEvent  *float64 `json:"redis_cpu_us_per_event"`
+	RedisBytesPerRound  *float64 `json:"redis_bytes_per_round"`
+	ClientCPUusPerEvent float64  `json:"client_cpu_us_per_event"`
+	AllocsPerEvent      float64  `json:"allocs_per_event"`
+}
+
+// Submit decides events [from, to): one request (a batch) of the workload.
+type Submit func(ctx context.Context, from, to int) error
+
+// Load is a workload and what to measure it with.
+type Load struct {
+	Events      int
+	Batch       int // events per Submit call; at least 1
+	Concurrency int // Submit calls in flight
+	Submit      Submit
+	// Keys is the workload's distinct keys: rounds opened beyond them are
+	// duplicates observed.
+	Keys int
+	// Opened and Published count, as Submit sees them, the rounds opened
+	// and the jobs published (nil: not counted).
+	Opened, Published *atomic.Int64
+	// Redis, when it answers INFO, gives the Redis CPU and memory figures.
+	Redis redis.UniversalClient
+	// Opens, when set (one entry per event, filled by Submit), says which
+	// events opened a round: their latencies are left out of the joined
+	// percentiles. Only meaningful with Batch 1.
+	Opens []bool
+	// Allocs reports allocations per event (meaningful when Submit runs in
+	// this process).
+	Allocs bool
+	// CPUProfile, when set, is the file a CPU profile of the run goes to.
+	CPUProfile string
+}
+
+// Run runs the load and fills in res's measured fields (the rest, such as
+// Mode and Via, are the caller's). It returns the first Submit error, if
+// any, with res.Errors counting them all.
+func Run(ctx context.Context, l Load, res *Result) (firstErr error, err error) {
+	batch := max(l.Batch, 1)
+	cpu0, mem0, redisInfo := RedisUsage(ctx, l.Redis)
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	cpuStart := processCPU()
+	requests := (l.Events + batch - 1) / batch
+	lat := make([]time.Duration, requests)
+	var next, errs atomic.Int64
+	var first atomic.Value
+	if l.CPUProfile != "" {
+		f, err := os.Create(l.CPUProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range l.Concurrency {
+		wg.Go(func() {
+			for {
+				r := int(next.Add(1)) - 1
+				if r >= requests {
+					return
+				}
+				from := r * batch
+				to := min(from+batch, l.Events)
+				t0 := time.Now()
+				if err := l.Submit(ctx, from, to); err != nil {
+					errs.Add(1)
+					first.CompareAndSwap(nil, err)
+				}
+				lat[r] = time.Since(t0)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if l.CPUProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	cpuUsed := processCPU() - cpuStart
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+
+	res.Seconds = Round(elapsed.Seconds(), 3)
+	res.EventsPerS = Round(float64(l.Events)/elapsed.Seconds(), 0)
+	if l.Opens != nil {
+		joined := make([]time.Duration, 0, len(lat))
+		for i, d := range lat {
+			if !l.Opens[i] {
+				joined = append(joined, d)
+			}
+		}
+		if len(joined) > 0 {
+			slices.Sort(joined)
+			p50 := Round(float64(joined[len(joined)/2].Microseconds()), 0)
+			p99 := Round(float64(joined[len(joined)*99/100].Microseconds()), 0)
+			res.JoinedP50us, res.JoinedP99us = &p50, &p99
+		}
+	}
+	slices.Sort(lat)
+	res.P50us = Round(float64(lat[len(lat)/2].Microseconds()), 0)
+	res.P99us = Round(float64(lat[len(lat)*99/100].Microseconds()), 0)
+	res.Errors = errs.Load()
+	if l.Opened != nil {
+		res.RoundsOpened = l.Opened.Load()
+		res.DuplicatesObserved = max(0, res.RoundsOpened-int64(l.Keys))
+	}
+	if l.Published != nil {
+		res.JobsPublished = l.Published.Load()
+	}
+	res.ClientCPUusPerEvent = Round(cpuUsed.Seconds()*1e6/float64(l.Events), 2)
+	if l.Allocs {
+		res.AllocsPerEvent = Round(float64(ms1.Mallocs-ms0.Mallocs)/float64(l.Events), 1)
+	}
+	if redisInfo {
+		cpu1, mem1, _ := RedisUsage(ctx, l.Redis)
+		perEvent := Round((cpu1-cpu0)*1e6/float64(l.Events), 2)
+		res.RedisCPUusPerEvent = &perEvent
+		if res.RoundsOpened > 0 {
+			perRound := Round(float64(mem1-mem0)/float64(res.RoundsOpened), 1)
+			res.RedisBytesPerRound = &perRound
+		}
+	}
+	if e, ok := first.Load().(error); ok {
+		return e, nil
+	}
+	return nil, nil
+}
+
+// Round rounds v to digits decimals.
+func Round(v float64, digits int) float64 {
+	p := math.Pow10(digits)
+	return math.Round(v*p) / p
+}
+
+// RedisUsage reads Redis's CPU seconds and used memory; ok false when the
+// server does not answer INFO (miniredis) or rdb is nil.
+func RedisUsage(ctx context.Context, rdb redis.UniversalClient) (cpu float64, mem int64, ok bool) {
+	if rdb == nil {
+		return 0, 0, false
+	}
+	raw, err := rdb.Info(ctx, "cpu", "memory").Result()
+	if err != nil {
+		return 0, 0, false
+	}
+	for line := range strings.SplitSeq(raw, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch k {
+		case "used_cpu_sys", "used_cpu_user":
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f
+		case "used_memory":
+			mem, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return cpu, mem, true
+}
