@@ -73,13 +73,26 @@ func (e permanentError) Unwrap() error { return e.err }
 // dead-letter subject at once.
 func Permanent(err error) error { return permanentError{err} }
 
+// JobResult is what became of one delivery of a job.
+type JobResult string
+
+// The results of a delivery.
+const (
+	JobOK            JobResult = "ok"                // ran and succeeded: acknowledged
+	JobRetry         JobResult = "retry"             // failed (or could not start): delivered again after a backoff
+	JobDead          JobResult = "dead"              // dead-lettered: a permanent failure, or attempts used up
+	JobRescheduled   JobResult = "rescheduled"       // an extended round not due yet: waits for its later schedule
+	JobSuperseded    JobResult = "superseded"        // another message of the round took it: not run
+	JobDone          JobResult = "done"              // the round's job already finished: not run
+	JobDuplicateDone JobResult = "duplicate_done"    // the run-once guard found it done: not run
+	JobDuplicateBusy JobResult = "duplicate_running" // the run-once guard found it running elsewhere: delivered again later
+	JobReleaseFailed JobResult = "release_failed"    // Redis could not close the round: delivered again
+)
+
 // Hooks are called for what is worth counting; nil funcs are skipped.
 type Hooks struct {
-	// Job is called once per delivery with its result: "ok", "retry",
-	// "dead", "rescheduled" (extended round not due), "superseded" and
-	// "done" (the round ran from another message: not run), "duplicate_done",
-	// "duplicate_running", "release_failed".
-	Job func(jobType, result string, release debounce.ReleaseResult, took time.Duration)
+	// Job is called once per delivery with its result.
+	Job func(jobType string, result JobResult, release debounce.ReleaseResult, took time.Duration)
 	// RoundAge is called as a job starts: from its round's first event.
 	RoundAge func(jobType string, age time.Duration, events int)
 	// Guard is called with each run-once guard decision.
@@ -383,7 +396,7 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, h Handler) {
 	}
 }
 
-func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler) string {
+func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler) JobResult {
 	deliveries := job.Attempt
 	log := w.log.With("job_type", job.Type, "key", job.Key.String(), "token", job.Token.String(), "delivery", deliveries)
 	// The run-once guard first: a delivery that finds the job running
@@ -402,17 +415,17 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		if err != nil {
 			log.WarnContext(ctx, "worker: run-once claim failed; retrying", "err", err)
 			_ = msg.NakWithDelay(w.backoff(job.Attempt))
-			return "retry"
+			return JobRetry
 		}
 		if gr != "" {
 			w.guardHook(job.Type, gr)
 			if gr == GuardDuplicateDone {
 				w.finish(ctx, job, true, false, log)
 				_ = msg.Ack()
-				return string(gr)
+				return JobResult(gr)
 			}
 			_ = msg.NakWithDelay(g.cfg.ClaimTTL / 3) // the other run may still fail
-			return string(gr)
+			return JobResult(gr)
 		}
 	}
 	dropClaim := func() {
@@ -430,7 +443,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		dropClaim()
 		log.WarnContext(ctx, "worker: could not close the round; retrying later", "err", err)
 		_ = msg.NakWithDelay(w.backoff(job.Attempt))
-		return "release_failed"
+		return JobReleaseFailed
 	}
 	if rel.Result == debounce.ReleaseNotDue {
 		// An extended round fired before its new due time: it is not an
@@ -447,14 +460,14 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		dropClaim()
 		log.InfoContext(ctx, "worker: the round's job ran (or runs) from another message; this one is acknowledged without running", "release", string(rel.Result))
 		_ = msg.Ack()
-		return string(rel.Result)
+		return JobResult(rel.Result)
 	}
 	job.Release, job.Summary = rel.Result, rel.Summary
 	if deliveries > w.maxDeliveries() {
 		// A backstop for jobs whose attempts nothing else counts.
 		dropClaim()
 		w.final(ctx, msg, job, fmt.Errorf("delivered %d times without finishing", deliveries-1), log)
-		return "dead"
+		return JobDead
 	}
 	if rel.Starts > 0 {
 		// The round counts the deliveries that reached it: one that died
@@ -467,7 +480,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		// Attempts that never finished (the worker died mid-job) count too.
 		dropClaim()
 		w.final(ctx, msg, job, fmt.Errorf("started %d times without finishing", job.Attempt-1), log)
-		return "dead"
+		return JobDead
 	}
 	if w.cfg.Hooks.RoundAge != nil && rel.Result == debounce.ReleaseReleased {
 		w.cfg.Hooks.RoundAge(job.Type, w.now().Sub(job.OpenedAt), rel.Summary.Events)
@@ -491,7 +504,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		if err := msg.DoubleAck(ctx); err != nil {
 			log.WarnContext(ctx, "worker: ack failed; the job will be redelivered", "err", err)
 		}
-		return "ok"
+		return JobOK
 	}
 	if cl != nil {
 		if gerr := g.release(ctx, cl); gerr != nil {
@@ -502,30 +515,30 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 	var perm permanentError
 	if errors.As(err, &perm) || job.Attempt >= w.cfg.MaxDeliver {
 		w.final(ctx, msg, job, err, log)
-		return "dead"
+		return JobDead
 	}
 	log.InfoContext(ctx, "worker: job failed; retrying", "err", err, "retry_in", w.backoff(job.Attempt))
 	_ = msg.NakWithDelay(w.backoff(job.Attempt))
-	return "retry"
+	return JobRetry
 }
 
 // reschedule publishes a not-due round again for its due time and acks the
 // delivery; on failure the delivery is redelivered after a backoff.
-func (w *Worker) reschedule(ctx context.Context, msg jetstream.Msg, job *Job, rel debounce.Release, log *slog.Logger) string {
+func (w *Worker) reschedule(ctx context.Context, msg jetstream.Msg, job *Job, rel debounce.Release, log *slog.Logger) JobResult {
 	next := job.Job
 	next.DueAt, next.Version = rel.DueAt, rel.Version
 	if w.cfg.Publisher == nil {
 		log.ErrorContext(ctx, "worker: extended round not due and no Publisher to reschedule it")
 		_ = msg.NakWithDelay(time.Until(rel.DueAt))
-		return "retry"
+		return JobRetry
 	}
 	if err := w.cfg.Publisher.Publish(ctx, next); err != nil {
 		log.WarnContext(ctx, "worker: rescheduling an extended round failed; retrying", "err", err)
 		_ = msg.NakWithDelay(w.backoff(job.Attempt))
-		return "retry"
+		return JobRetry
 	}
 	_ = msg.Ack()
-	return "rescheduled"
+	return JobRescheduled
 }
 
 // handle runs the handler, telling the server the job is in progress (and

@@ -137,8 +137,8 @@ func (m *Metrics) OnPublish(info publisher.PublishInfo) {
 // WorkerHooks feed the job, round and guard series.
 func (m *Metrics) WorkerHooks() worker.Hooks {
 	return worker.Hooks{
-		Job: func(jobType, result string, _ debounce.ReleaseResult, _ time.Duration) {
-			m.jobs.WithLabelValues(m.typ(jobType), result).Inc()
+		Job: func(jobType string, result worker.JobResult, _ debounce.ReleaseResult, _ time.Duration) {
+			m.jobs.WithLabelValues(m.typ(jobType), string(result)).Inc()
 		},
 		RoundAge: func(jobType string, age time.Duration, events int) {
 			m.roundAge.WithLabelValues(m.typ(jobType)).Observe(age.Seconds())
