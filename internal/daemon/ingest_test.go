@@ -23,13 +23,8 @@ import (
 
 func TestNATSIngest(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	nc, js := srv.Connect(t)
+	nc, js, pub := natsWithPublisher(t)
 	ctx := context.Background()
-	pub, err := publisher.New(ctx, js, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rdb := testenv.SharedRedis(t).Client(t)
 	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t)})
 	if err != nil {
@@ -149,13 +144,8 @@ func TestCronReplicasOpenOneRound(t *testing.T) {
 // lost): it used to stop reading for good on the iterator's error.
 func TestDurableIngestSurvivesItsConsumerGoing(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	nc, js := srv.Connect(t)
+	nc, js, pub := natsWithPublisher(t)
 	ctx := context.Background()
-	pub, err := publisher.New(ctx, js, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	co, err := debounce.New(debounce.Config{Redis: testenv.SharedRedis(t).Client(t), Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -171,17 +161,7 @@ func TestDurableIngestSurvivesItsConsumerGoing(t *testing.T) {
 	if _, err := js.Publish(ctx, "co.ingest.recompute", []byte(`{"args":{"tenant_id":77}}`)); err != nil {
 		t.Fatal(err)
 	}
-	key, _ := co.RoundKeyOf(debounce.Event{Type: "recompute", Args: json.RawMessage(`{"tenant_id":77}`)})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if _, found, _ := co.Inspect(ctx, "recompute", key); found {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the event stored after the consumer went was never decided")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitForRound(t, co, "recompute", `{"tenant_id":77}`, "the event stored after the consumer went was never decided")
 }
 
 // TestBadTraceparentHeaderOverNATS: a traceparent header that is not W3C is
@@ -191,13 +171,8 @@ func TestDurableIngestSurvivesItsConsumerGoing(t *testing.T) {
 // header.
 func TestBadTraceparentHeaderOverNATS(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	nc, js := srv.Connect(t)
+	nc, js, pub := natsWithPublisher(t)
 	ctx := context.Background()
-	pub, err := publisher.New(ctx, js, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	co, err := debounce.New(debounce.Config{Redis: testenv.SharedRedis(t).Client(t), Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -301,13 +276,8 @@ func TestIngestStreamFollowsTheSettings(t *testing.T) {
 // daemon that has the policy reads it. Both were terminated at once.
 func TestIngestDeadLettersWhatItCannotDecide(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	nc, js := srv.Connect(t)
+	nc, js, pub := natsWithPublisher(t)
 	ctx := context.Background()
-	pub, err := publisher.New(ctx, js, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rdb := testenv.SharedRedis(t).Client(t)
 	prefix := testenv.Prefix(t)
 	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Policies: testPolicies, Prefix: prefix})
@@ -358,17 +328,7 @@ func TestIngestDeadLettersWhatItCannotDecide(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer in2.Stop()
-	key, _ := co2.RoundKeyOf(debounce.Event{Type: "later", Args: json.RawMessage(`{"n":1}`)})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if _, found, _ := co2.Inspect(ctx, "later", key); found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the event of the new type was never decided")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitForRound(t, co2, "later", `{"n":1}`, "the event of the new type was never decided")
 }
 
 // TestIngestRetryDelay: a stored event that fails for a transient reason
@@ -397,13 +357,8 @@ func TestIngestRetryDelay(t *testing.T) {
 // consumer's 256 pending acks, so nothing behind them was even delivered.
 func TestIngestFailingEventsDoNotBlockOthers(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	nc, js := srv.Connect(t)
+	nc, js, pub := natsWithPublisher(t)
 	ctx := context.Background()
-	pub, err := publisher.New(ctx, js, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rs := testenv.NewRedis(t)
 	rdb := rs.Client(t)
 	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t)})
@@ -453,13 +408,8 @@ func TestIngestOutlivesALongOutage(t *testing.T) {
 		t.Skip("a two-minute outage")
 	}
 	t.Parallel()
-	srv := testenv.NATS(t)
-	nc, js := srv.Connect(t)
+	nc, js, pub := natsWithPublisher(t)
 	ctx := context.Background()
-	pub, err := publisher.New(ctx, js, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rs := testenv.NewRedis(t)
 	co, err := debounce.New(debounce.Config{Redis: rs.Client(t), Publisher: pub, Policies: testPolicies, Prefix: testenv.Prefix(t)})
 	if err != nil {
@@ -513,13 +463,8 @@ func TestIngestRedeliveryIsNotDecidedTwice(t *testing.T) {
 		t.Skip("waits out the consumer's AckWait")
 	}
 	t.Parallel()
-	srv := testenv.NATS(t)
-	nc, js := srv.Connect(t)
+	nc, js, pub := natsWithPublisher(t)
 	ctx := context.Background()
-	pub, err := publisher.New(ctx, js, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rdb := testenv.NewRedis(t).Client(t)
 	prefix := testenv.Prefix(t)
 	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: prefix,
@@ -587,13 +532,8 @@ func TestIngestStopStartsNoDecisionAfterwards(t *testing.T) {
 		t.Skip("waits out the drain")
 	}
 	t.Parallel()
-	srv := testenv.NATS(t)
-	nc, js := srv.Connect(t)
+	nc, js, pub := natsWithPublisher(t)
 	ctx := context.Background()
-	pub, err := publisher.New(ctx, js, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rs := testenv.SharedRedis(t)
 	proxy, err := chaos.NewProxy(rs.Addr)
 	if err != nil {
@@ -666,4 +606,36 @@ func TestIngestStopStartsNoDecisionAfterwards(t *testing.T) {
 			ok, decided.Load(), canceled, n-ok-canceled, n)
 	}
 	t.Logf("%d decided and answered, %d answered canceled, %d unanswered", ok, canceled, n-ok-canceled)
+}
+
+// natsWithPublisher starts an embedded JetStream for the test and returns a
+// connection, its JetStream context and a publisher on the default stream.
+func natsWithPublisher(t *testing.T) (*nats.Conn, jetstream.JetStream, *publisher.Publisher) {
+	t.Helper()
+	nc, js := testenv.NATS(t).Connect(t)
+	pub, err := publisher.New(context.Background(), js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js, pub
+}
+
+// waitForRound waits up to 15 s for the round of an event of jobType with
+// args to be pending: the event was decided. It fails t with what otherwise.
+func waitForRound(t *testing.T, co *debounce.Coalescer, jobType, args, what string) {
+	t.Helper()
+	key, err := co.RoundKeyOf(debounce.Event{Type: jobType, Args: json.RawMessage(args)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, found, _ := co.Inspect(context.Background(), jobType, key); found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
