@@ -218,11 +218,11 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 			return Release{}, err
 		}
 		switch res[0] {
-		case 6:
+		case closeSuperseded:
 			return Release{Result: ReleaseSuperseded}, nil
-		case 7:
+		case closeDone:
 			return Release{Result: ReleaseDone}, nil
-		case 1, 3:
+		case closeClosed, closeRetry:
 			v := packed(res[1])
 			last := v.lastSeen(exp, job.TTL)
 			first := job.OpenedAt
@@ -230,7 +230,7 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 				last = first
 			}
 			result := ReleaseReleased
-			if res[0] == 3 {
+			if res[0] == closeRetry {
 				result = ReleaseRetry
 			}
 			var starts int
@@ -238,7 +238,7 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 				starts = int(res[2])
 			}
 			return Release{Result: result, Starts: starts, Summary: Summary{Events: v.count(), FirstSeen: first, LastSeen: last}}, nil
-		case -1:
+		case closeStale:
 			return Release{Result: ReleaseStaleToken}, nil
 		default:
 			return Release{Result: ReleaseMissing}, nil
@@ -255,23 +255,23 @@ func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Relea
 	}
 	status, _ := res[0].(int64)
 	switch status {
-	case 7:
+	case closeSuperseded:
 		return Release{Result: ReleaseSuperseded}, nil
-	case 8:
+	case closeDone:
 		return Release{Result: ReleaseDone}, nil
-	case 1:
+	case closeClosed:
 		rel := Release{Result: ReleaseReleased, Summary: summaryFromHash(res[1:])}
 		if op == "take" {
 			rel.Starts = 1
 		}
 		return rel, nil
-	case 5:
+	case closeRetry:
 		return Release{Result: ReleaseRetry, Summary: summaryFromHash(res[1:]), Starts: startsFromHash(res[1:])}, nil
-	case 2:
+	case closeNotDue:
 		due, _ := res[1].(int64)
 		version, _ := res[2].(int64)
 		return Release{Result: ReleaseNotDue, DueAt: msTime(due), Version: int(version)}, nil
-	case -1:
+	case closeStale:
 		return Release{Result: ReleaseStaleToken}, nil
 	default:
 		return Release{Result: ReleaseMissing}, nil

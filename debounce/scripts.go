@@ -45,3 +45,19 @@ var (
 	repairPackedScript  = redis.NewScript(repairPackedLua)
 	repairRoundScript   = redis.NewScript(repairRoundLua)
 )
+
+// The statuses of the scripts that close a round (release_packed.lua and
+// take_round.lua): one code per meaning in both. Each script declares them
+// as locals of the upper-case names (STALE, MISSING, …), and
+// TestScriptStatuses checks the values against these.
+const (
+	closeStale      = -1 // another round holds the key
+	closeMissing    = 0  // no round: expired, or closed already
+	closeClosed     = 1  // closed: taken at job start, or released
+	closeNotDue     = 2  // take: an extended round not due yet (hash layout)
+	closeKept       = 3  // backout: a joiner published it meanwhile
+	closeShared     = 4  // backout: a joiner joined it, not yet published
+	closeRetry      = 5  // take: taken already by an earlier delivery of this message
+	closeSuperseded = 6  // take: taken by another version's message
+	closeDone       = 7  // take: its job finished a moment ago
+)

@@ -66,3 +66,38 @@ func TestScriptConstantsMatchTheLayout(t *testing.T) {
 		t.Errorf("only %d constants found in the scripts: the pattern no longer matches them", checked)
 	}
 }
+
+// TestScriptStatuses: the scripts that close a round declare their
+// statuses as locals of one list, the close* constants' values; and return
+// no bare number as a status.
+func TestScriptStatuses(t *testing.T) {
+	want := map[string]int{
+		"STALE": closeStale, "MISSING": closeMissing, "CLOSED": closeClosed, "NOT_DUE": closeNotDue,
+		"KEPT": closeKept, "SHARED": closeShared, "RETRY": closeRetry, "SUPERSEDED": closeSuperseded, "DONE": closeDone,
+	}
+	decl := regexp.MustCompile(`(?m)^local ((?:[A-Z_]+, )*[A-Z_]+) = ((?:-?[0-9]+, )*-?[0-9]+)$`)
+	bare := regexp.MustCompile(`return \{-?[0-9]`)
+	for _, f := range []string{"scripts/release_packed.lua", "scripts/take_round.lua"} {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, m := range decl.FindAllStringSubmatch(string(src), -1) {
+			names, values := strings.Split(m[1], ", "), strings.Split(m[2], ", ")
+			for i, name := range names {
+				if _, ok := want[name]; ok && i < len(values) {
+					got[name], _ = strconv.Atoi(values[i])
+				}
+			}
+		}
+		for name, w := range want {
+			if g, ok := got[name]; !ok || g != w {
+				t.Errorf("%s: %s = %d (declared %v), Go has %d", f, name, g, ok, w)
+			}
+		}
+		if loc := bare.FindIndex(src); loc != nil {
+			t.Errorf("%s returns a bare status: %q", f, src[loc[0]:min(loc[1]+20, len(src))])
+		}
+	}
+}

@@ -480,9 +480,9 @@ func (c *Coalescer) backout(ctx context.Context, r reply) (int, error) {
 			return backoutRemoved, err
 		}
 		switch {
-		case len(res) > 0 && res[0] == int64(3):
+		case len(res) > 0 && res[0] == int64(closeKept):
 			return backoutKept, nil
-		case len(res) > 0 && res[0] == int64(6):
+		case len(res) > 0 && res[0] == int64(closeShared):
 			return backoutShared, nil
 		}
 		return backoutRemoved, nil
@@ -493,9 +493,9 @@ func (c *Coalescer) backout(ctx context.Context, r reply) (int, error) {
 		return backoutRemoved, err
 	}
 	switch {
-	case len(res) > 0 && res[0] == 2:
+	case len(res) > 0 && res[0] == closeKept:
 		return backoutKept, nil
-	case len(res) > 0 && res[0] == 4:
+	case len(res) > 0 && res[0] == closeShared:
 		return backoutShared, nil
 	}
 	return backoutRemoved, nil

@@ -24,16 +24,20 @@
 -- ARGV[6] -> with KEYS[5]: the window's length, ms
 -- ARGV[7] -> with KEYS[5]: the value to open the window with
 -- Returns {status, value, starts}:
---   1 closed (value: the packed value, for the summary; starts 1 when taken)
---   0 missing (expired, or already closed)
---  -1 stale token: another round holds the key (value: its packed value)
---   2 kept: published meanwhile by a joiner (backout only)
---   4 shared: joined meanwhile, not yet published (backout only): the
+--   CLOSED (value: the packed value, for the summary; starts 1 when taken)
+--   MISSING (expired, or already closed)
+--   STALE token: another round holds the key (value: its packed value)
+--   KEPT: published meanwhile by a joiner (backout only)
+--   SHARED: joined meanwhile, not yet published (backout only): the
 --     joiner publishes it, or fails too and the reaper releases it
---   3 retry: already taken by an earlier delivery of this message (value:
+--   RETRY: already taken by an earlier delivery of this message (value:
 --     the taken copy; starts: deliveries that reached it, this one included)
---   6 superseded: taken by another version's message (take only)
---   7 done: its job finished (Finish) a moment ago (take only)
+--   SUPERSEDED: taken by another version's message (take only)
+--   DONE: its job finished (Finish) a moment ago (take only)
+
+-- Statuses: one code per meaning in every script that closes a round
+-- (Go: the close* constants in scripts.go; TestScriptStatuses checks them).
+local STALE, MISSING, CLOSED, NOT_DUE, KEPT, SHARED, RETRY, SUPERSEDED, DONE = -1, 0, 1, 2, 3, 4, 5, 6, 7
 
 local RND, PUB, CNT = 549755813888, 274877906944, 65536 -- 2^39, 2^38, 2^16
 local raw = redis.call('GET', KEYS[1])
@@ -47,21 +51,21 @@ if not mine then
   if ARGV[3] == 'take' then
     local kind = redis.call('TYPE', KEYS[2]).ok
     if kind == 'string' then -- taken by a version that kept no count
-      return {3, tonumber(redis.call('GET', KEYS[2])), 0}
+      return {RETRY, tonumber(redis.call('GET', KEYS[2])), 0}
     end
     if kind == 'hash' then
       local tv = redis.call('HGET', KEYS[2], 'tv')
-      if tv and tv ~= ARGV[5] then return {6, 0} end
-      return {3, tonumber(redis.call('HGET', KEYS[2], 'v')), redis.call('HINCRBY', KEYS[2], 's', 1)}
+      if tv and tv ~= ARGV[5] then return {SUPERSEDED, 0} end
+      return {RETRY, tonumber(redis.call('HGET', KEYS[2], 'v')), redis.call('HINCRBY', KEYS[2], 's', 1)}
     end
-    if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then return {7, 0} end
+    if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then return {DONE, 0} end
   end
-  if raw then return {-1, v} end
-  return {0, 0}
+  if raw then return {STALE, v} end
+  return {MISSING, 0}
 end
 if ARGV[3] == 'backout' then
-  if math.floor(v / PUB) % 2 == 1 then return {2, v} end
-  if math.floor(v / CNT) % 4194304 > 1 then return {4, v} end
+  if math.floor(v / PUB) % 2 == 1 then return {KEPT, v} end
+  if math.floor(v / CNT) % 4194304 > 1 then return {SHARED, v} end
 end
 redis.call('DEL', KEYS[1])
 if KEYS[3] then redis.call('DEL', KEYS[3]) end
@@ -69,6 +73,6 @@ if ARGV[3] == 'take' then
   if KEYS[5] then redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[6]) end
   redis.call('HSET', KEYS[2], 'v', raw, 's', 1, 'tv', ARGV[5])
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
-  return {1, v, 1}
+  return {CLOSED, v, 1}
 end
-return {1, v, 0}
+return {CLOSED, v, 0}

@@ -24,47 +24,51 @@
 -- ARGV[7] -> with KEYS[4]: the window's length, ms
 -- ARGV[8] -> with KEYS[4]: the value to open the window with
 -- Returns:
---   {1, field, value, ...}  closed: every field of the hash
---   {0}                     missing
---   {-1}                    stale token
---   {2, due, version}       not due yet (take only)
---   {3}                     kept: published meanwhile (backout only)
---   {6}                     shared: joined meanwhile, not yet published
---                           (backout only): the joiner publishes it, or
---                           fails too and the reaper releases it
---   {5, field, value, ...}  retry: already taken by an earlier delivery of
---                           this message (field s: deliveries that reached it,
---                           this one included)
---   {7}                     superseded: taken by another version's message
---   {8}                     done: its job finished (Finish) a moment ago
+--   {CLOSED, field, value, ...}  closed: every field of the hash
+--   {MISSING}                    no round
+--   {STALE}                      stale token
+--   {NOT_DUE, due, version}      not due yet (take only)
+--   {KEPT}                       published meanwhile (backout only)
+--   {SHARED}                     joined meanwhile, not yet published
+--                                (backout only): the joiner publishes it, or
+--                                fails too and the reaper releases it
+--   {RETRY, field, value, ...}   already taken by an earlier delivery of this
+--                                message (field s: deliveries that reached
+--                                it, this one included)
+--   {SUPERSEDED}                 taken by another version's message
+--   {DONE}                       its job finished (Finish) a moment ago
+
+-- Statuses: one code per meaning in every script that closes a round
+-- (Go: the close* constants in scripts.go; TestScriptStatuses checks them).
+local STALE, MISSING, CLOSED, NOT_DUE, KEPT, SHARED, RETRY, SUPERSEDED, DONE = -1, 0, 1, 2, 3, 4, 5, 6, 7
 
 local key = KEYS[1]
 local t = redis.call('HGET', key, 't')
 if t ~= ARGV[1] then
   if ARGV[4] == 'take' and redis.call('EXISTS', KEYS[2]) == 1 then
     local tv = redis.call('HGET', KEYS[2], 'tv')
-    if tv and tv ~= ARGV[6] then return {7} end
+    if tv and tv ~= ARGV[6] then return {SUPERSEDED} end
     redis.call('HINCRBY', KEYS[2], 's', 1)
-    local out = {5}
+    local out = {RETRY}
     local all = redis.call('HGETALL', KEYS[2])
     for i = 1, #all do out[i + 1] = all[i] end
     return out
   end
   if ARGV[4] == 'take' and KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
-    return {8}
+    return {DONE}
   end
-  if t then return {-1} end
-  return {0}
+  if t then return {STALE} end
+  return {MISSING}
 end
 if ARGV[4] == 'backout' then
   local f = redis.call('HMGET', key, 'p', 'n')
-  if f[1] == '1' then return {3} end
-  if tonumber(f[2]) > 1 then return {6} end
+  if f[1] == '1' then return {KEPT} end
+  if tonumber(f[2]) > 1 then return {SHARED} end
 end
 if ARGV[4] == 'take' then
   local d = tonumber(redis.call('HGET', key, 'd'))
   if d > tonumber(ARGV[2]) + tonumber(ARGV[3]) then
-    return {2, d, redis.call('HINCRBY', key, 'v', 1)}
+    return {NOT_DUE, d, redis.call('HINCRBY', key, 'v', 1)}
   end
 end
 local all = redis.call('HGETALL', key)
@@ -76,6 +80,6 @@ if ARGV[4] == 'take' then
 else
   redis.call('DEL', key)
 end
-local out = {1}
+local out = {CLOSED}
 for i = 1, #all do out[i + 1] = all[i] end
 return out
