@@ -67,17 +67,24 @@ func TestScriptConstantsMatchTheLayout(t *testing.T) {
 	}
 }
 
-// TestScriptStatuses: the scripts that close a round declare their
-// statuses as locals of one list, the close* constants' values; and return
-// no bare number as a status.
+// TestScriptStatuses: the scripts that close a round, and the two that open
+// rounds, declare their statuses as locals of one list with the Go
+// constants' values (close*, status*), and return no bare number as a
+// status.
 func TestScriptStatuses(t *testing.T) {
-	want := map[string]int{
+	closing := map[string]int{
 		"STALE": closeStale, "MISSING": closeMissing, "CLOSED": closeClosed, "NOT_DUE": closeNotDue,
 		"KEPT": closeKept, "SHARED": closeShared, "RETRY": closeRetry, "SUPERSEDED": closeSuperseded, "DONE": closeDone,
 	}
+	opening := map[string]int{
+		"JOINED": statusJoined, "OPENED": statusOpened, "LEADING": statusLeading, "THROTTLED": statusThrottled, "EXTENDED": statusExtended,
+	}
 	decl := regexp.MustCompile(`(?m)^local ((?:[A-Z_]+, )*[A-Z_]+) = ((?:-?[0-9]+, )*-?[0-9]+)$`)
 	bare := regexp.MustCompile(`return \{-?[0-9]`)
-	for _, f := range []string{"scripts/release_packed.lua", "scripts/take_round.lua"} {
+	for f, want := range map[string]map[string]int{
+		"scripts/release_packed.lua": closing, "scripts/take_round.lua": closing,
+		"scripts/open_packed.lua": opening, "scripts/open_round.lua": opening,
+	} {
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

@@ -80,6 +80,9 @@ type reply struct {
 }
 
 // Script statuses, shared by both layouts.
+// The statuses of the scripts that open or join a round (open_packed.lua,
+// open_round.lua), declared there as JOINED, OPENED, LEADING, THROTTLED and
+// EXTENDED (TestScriptStatuses checks the values).
 const (
 	statusJoined    = 0
 	statusOpened    = 1

@@ -20,10 +20,14 @@
 -- ARGV[7] -> throttle: "1" to gather dropped events into a trailing round
 -- ARGV[8] -> throttle: how long a trailing round outlives its window, ms
 -- Returns {status, value, expiry}:
---   status 1: opened KEYS[1]; 0: joined KEYS[1];
---          2: leading edge, opened the window (value/expiry of KEYS[2]);
---          3: throttled, dropped (value/expiry of KEYS[2])
+--   status OPENED: opened KEYS[1]; JOINED: joined KEYS[1];
+--          LEADING: leading edge, opened the window (value/expiry of KEYS[2]);
+--          THROTTLED: dropped (value/expiry of KEYS[2])
 --   value: the key's value after this event; expiry: its PEXPIRETIME
+
+-- Statuses: one code per meaning in both scripts that open rounds (Go: the
+-- status* constants in submit.go; TestScriptStatuses checks them).
+local JOINED, OPENED, LEADING, THROTTLED, EXTENDED = 0, 1, 2, 3, 4
 
 local CNT = 65536      -- 2^16
 local MAXCNT = 4194303 -- 22 bits
@@ -77,11 +81,11 @@ if KEYS[2] then
   local window = tonumber(ARGV[6])
   if not wraw then
     redis.call('SET', KEYS[2], ARGV[5], 'PX', ARGV[6])
-    return {2, tonumber(ARGV[5]), redis.call('PEXPIRETIME', KEYS[2])}
+    return {LEADING, tonumber(ARGV[5]), redis.call('PEXPIRETIME', KEYS[2])}
   end
   local wexp = redis.call('PEXPIRETIME', KEYS[2])
   if ARGV[7] ~= '1' then
-    return {3, join(KEYS[2], wraw, wexp, window), wexp}
+    return {THROTTLED, join(KEYS[2], wraw, wexp, window), wexp}
   end
   join(KEYS[2], wraw, wexp, window)
   expiry = wexp + tonumber(ARGV[8])
@@ -89,7 +93,7 @@ end
 
 local raw = redis.call('GET', KEYS[1])
 if not raw then
-  return {1, open(KEYS[1], ARGV[1], expiry, lifetime), expiry}
+  return {OPENED, open(KEYS[1], ARGV[1], expiry, lifetime), expiry}
 end
 local exp = redis.call('PEXPIRETIME', KEYS[1])
-return {0, join(KEYS[1], raw, exp, lifetime), exp}
+return {JOINED, join(KEYS[1], raw, exp, lifetime), exp}

@@ -29,11 +29,16 @@
 --             window opens)
 -- ARGV[15] -> throttle: how long the trailing round outlives its window, ms
 -- Returns {status, token, count, first, due, published, fire, version}
---   status 1 opened, 0 joined, 4 joined and pushed the due time later;
---   for throttle 2 leading (window opened) / 3 unused here: trailing always
---   gathers; for status 2 the reply is {2, window value, window expiry}.
+--   status OPENED, JOINED, EXTENDED (joined and pushed the due time later);
+--   for throttle LEADING (window opened; THROTTLED is unused here: trailing
+--   always gathers); for LEADING the reply is {LEADING, window value,
+--   window expiry}.
 --   fire 1: this event filled the round to max items; due is now and the
 --   version was incremented: publish the schedule again with it.
+
+-- Statuses: one code per meaning in both scripts that open rounds (Go: the
+-- status* constants in submit.go; TestScriptStatuses checks them).
+local JOINED, OPENED, LEADING, THROTTLED, EXTENDED = 0, 1, 2, 3, 4
 
 local CNT, MAXCNT = 65536, 4194303
 local now = tonumber(ARGV[2])
@@ -42,7 +47,7 @@ local expiry, due = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 if KEYS[2] then
   if redis.call('SET', KEYS[2], ARGV[13], 'NX', 'PX', ARGV[14]) then
-    return {2, tonumber(ARGV[13]), redis.call('PEXPIRETIME', KEYS[2])}
+    return {LEADING, tonumber(ARGV[13]), redis.call('PEXPIRETIME', KEYS[2])}
   end
   -- Count the event in the window value (see open_packed.lua's join): the
   -- count and the latest event's time after the window's start, encoded as
@@ -96,7 +101,7 @@ if redis.call('EXISTS', key) == 0 then
     end
   end
   redis.call('PEXPIREAT', key, expiry)
-  return {1, ARGV[1], 1, now, due, 0, fire, 0}
+  return {OPENED, ARGV[1], 1, now, due, 0, fire, 0}
 end
 
 local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v')
@@ -106,7 +111,7 @@ redis.call('HSET', key, 'l', now)
 if payload == 'last' then
   redis.call('HSET', key, 'a', data)
 end
-local status, fire = 0, 0
+local status, fire = JOINED, 0
 local window = tonumber(ARGV[5])
 if window > 0 then
   local nd = now + window
@@ -114,7 +119,7 @@ if window > 0 then
   if nd > cap then nd = cap end
   if nd > d then
     d = nd
-    status = 4
+    status = EXTENDED
     redis.call('HSET', key, 'd', d)
   end
 end
