@@ -41,13 +41,17 @@
 local JOINED, OPENED, LEADING, THROTTLED, EXTENDED = 0, 1, 2, 3, 4
 
 local CNT, MAXCNT = 65536, 4194303
-local now = tonumber(ARGV[2])
 local key = KEYS[1]
+local token, now = ARGV[1], tonumber(ARGV[2])
 local expiry, due = tonumber(ARGV[3]), tonumber(ARGV[4])
+local extend_ms, max_wait_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
+local payload, data, max_items = ARGV[7], ARGV[8], tonumber(ARGV[9])
+local id_key, id_fingerprint, id_args = ARGV[10], ARGV[11], ARGV[12]
+local window_value, window_ms, trailing_ms = ARGV[13], ARGV[14], ARGV[15]
 
 if KEYS[2] then
-  if redis.call('SET', KEYS[2], ARGV[13], 'NX', 'PX', ARGV[14]) then
-    return {LEADING, tonumber(ARGV[13]), redis.call('PEXPIRETIME', KEYS[2])}
+  if redis.call('SET', KEYS[2], window_value, 'NX', 'PX', window_ms) then
+    return {LEADING, tonumber(window_value), redis.call('PEXPIRETIME', KEYS[2])}
   end
   -- Count the event in the window value (see open_packed.lua's join): the
   -- count and the latest event's time after the window's start, encoded as
@@ -56,7 +60,7 @@ if KEYS[2] then
   local v = tonumber(redis.call('GET', KEYS[2]))
   local delta = 0
   if math.floor(v / CNT) % 4194304 < MAXCNT then delta = CNT end
-  local ms = now - (wexp - tonumber(ARGV[14]))
+  local ms = now - (wexp - tonumber(window_ms))
   local s = 0
   if ms >= 2048 then
     local e = 1
@@ -72,10 +76,8 @@ if KEYS[2] then
   if s > v % CNT then delta = delta + (s - v % CNT) end
   if delta ~= 0 then redis.call('INCRBY', KEYS[2], delta) end
   due = wexp
-  expiry = wexp + tonumber(ARGV[15])
+  expiry = wexp + tonumber(trailing_ms)
 end
-
-local payload, data = ARGV[7], ARGV[8]
 
 local function add_item()
   if redis.call('HSETNX', key, 'i' .. data, '1') == 1 then
@@ -85,23 +87,23 @@ local function add_item()
 end
 
 if redis.call('EXISTS', key) == 0 then
-  redis.call('HSET', key, 't', ARGV[1], 'n', 1, 'f', now, 'l', now, 'd', due, 'p', 0, 'v', 0, 'k', ARGV[10])
-  if ARGV[11] ~= '' then redis.call('HSET', key, 'g', ARGV[11]) end
-  if ARGV[12] ~= '' then redis.call('HSET', key, 'o', ARGV[12]) end
+  redis.call('HSET', key, 't', token, 'n', 1, 'f', now, 'l', now, 'd', due, 'p', 0, 'v', 0, 'k', id_key)
+  if id_fingerprint ~= '' then redis.call('HSET', key, 'g', id_fingerprint) end
+  if id_args ~= '' then redis.call('HSET', key, 'o', id_args) end
   if payload == 'last' then
     redis.call('HSET', key, 'a', data)
   end
   local fire = 0
   if payload == 'accumulate' then
     redis.call('HSET', key, 'm', 0)
-    if add_item() >= tonumber(ARGV[9]) then
+    if add_item() >= max_items then
       fire = 1
       due = now
       redis.call('HSET', key, 'd', due)
     end
   end
   redis.call('PEXPIREAT', key, expiry)
-  return {OPENED, ARGV[1], 1, now, due, 0, fire, 0}
+  return {OPENED, token, 1, now, due, 0, fire, 0}
 end
 
 local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v')
@@ -112,10 +114,9 @@ if payload == 'last' then
   redis.call('HSET', key, 'a', data)
 end
 local status, fire = JOINED, 0
-local window = tonumber(ARGV[5])
-if window > 0 then
-  local nd = now + window
-  local cap = first + tonumber(ARGV[6])
+if extend_ms > 0 then
+  local nd = now + extend_ms
+  local cap = first + max_wait_ms
   if nd > cap then nd = cap end
   if nd > d then
     d = nd
@@ -123,7 +124,7 @@ if window > 0 then
     redis.call('HSET', key, 'd', d)
   end
 end
-if payload == 'accumulate' and add_item() == tonumber(ARGV[9]) then
+if payload == 'accumulate' and add_item() == max_items then
   fire = 1
   d = now
   version = redis.call('HINCRBY', key, 'v', 1)
