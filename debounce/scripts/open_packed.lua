@@ -31,7 +31,8 @@ local JOINED, OPENED, LEADING, THROTTLED, EXTENDED = 0, 1, 2, 3, 4
 
 local CNT = 65536      -- 2^16
 local MAXCNT = 4194303 -- 22 bits
-local now, lifetime = tonumber(ARGV[3]), tonumber(ARGV[4])
+local open_value, now, lifetime = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+local window_value, window_ms, trailing, trailing_ms = ARGV[5], ARGV[6], ARGV[7] == '1', ARGV[8]
 
 -- seen encodes ms >= 0 as a 16-bit float: exact below 4096, then 11 bits
 -- of mantissa under a 5-bit exponent (layout.go, encodeSeen).
@@ -75,25 +76,25 @@ end
 
 -- Inside a script nothing interleaves, so GET then SET is as atomic as SET
 -- NX, and the common case (the round exists: join it) costs no failed SET.
-local expiry = tonumber(ARGV[2])
+local expiry = tonumber(ARGV[2]) -- reassigned for a trailing round
 if KEYS[2] then
   local wraw = redis.call('GET', KEYS[2])
-  local window = tonumber(ARGV[6])
+  local window = tonumber(window_ms)
   if not wraw then
-    redis.call('SET', KEYS[2], ARGV[5], 'PX', ARGV[6])
-    return {LEADING, tonumber(ARGV[5]), redis.call('PEXPIRETIME', KEYS[2])}
+    redis.call('SET', KEYS[2], window_value, 'PX', window_ms)
+    return {LEADING, tonumber(window_value), redis.call('PEXPIRETIME', KEYS[2])}
   end
   local wexp = redis.call('PEXPIRETIME', KEYS[2])
-  if ARGV[7] ~= '1' then
+  if not trailing then
     return {THROTTLED, join(KEYS[2], wraw, wexp, window), wexp}
   end
   join(KEYS[2], wraw, wexp, window)
-  expiry = wexp + tonumber(ARGV[8])
+  expiry = wexp + tonumber(trailing_ms)
 end
 
 local raw = redis.call('GET', KEYS[1])
 if not raw then
-  return {OPENED, open(KEYS[1], ARGV[1], expiry, lifetime), expiry}
+  return {OPENED, open(KEYS[1], open_value, expiry, lifetime), expiry}
 end
 local exp = redis.call('PEXPIRETIME', KEYS[1])
 return {JOINED, join(KEYS[1], raw, exp, lifetime), exp}
