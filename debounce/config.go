@@ -119,6 +119,7 @@ type compiled struct {
 	itemScheme *fingerprint.Scheme // accumulate with ItemField
 	itemPrefix int                 // bytes of `{"field":` in the item's canonical form
 	hash       bool                // hash layout (extend, last, accumulate)
+	layout     layout              // the one of hash, chosen once
 	mix        typeMix             // the type's part of every Redis key
 	life       time.Duration       // see lifetime
 	lifeArg    any                 // life in ms, boxed once: a script argument of every packed call
@@ -272,6 +273,7 @@ func compile(p Policy, maxAge time.Duration) (*compiled, error) {
 		cp.itemPrefix = len(head) - len("0}")
 	}
 	cp.hash = p.Extend || p.Payload != PayloadFirst
+	cp.layout = layoutOf(cp.hash)
 	cp.mix = mixFor(p.Type)
 	switch {
 	case p.Mode == ModeThrottle:

@@ -204,46 +204,55 @@ func (c *Coalescer) nextWindow(job Job, op string) (string, int64, uint64) {
 }
 
 func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Release, error) {
+	return layoutOfToken(job.Token).release(ctx, c, job, op)
+}
+
+// release closes a packed round (release_packed.lua).
+func (packedLayout) release(ctx context.Context, c *Coalescer, job Job, op string) (Release, error) {
 	key := c.jobRedisKey(job)
 	wkey, wms, wval := c.nextWindow(job, op)
-	if !job.Token.isHashToken() {
-		exp, rnd := job.Token.packedParts()
-		keys := []string{key, c.takenKey(job), identityKey(key), c.doneKey(job)}
-		if wkey != "" {
-			keys = append(keys, wkey)
-		}
-		res, err := releasePackedScript.Run(ctx, c.rdb, keys,
-			exp, rnd, op, TakenRetention.Milliseconds(), job.Version, wms, wval).Int64Slice()
-		if err != nil {
-			return Release{}, err
-		}
-		switch res[0] {
-		case closeSuperseded:
-			return Release{Result: ReleaseSuperseded}, nil
-		case closeDone:
-			return Release{Result: ReleaseDone}, nil
-		case closeClosed, closeRetry:
-			v := packed(res[1])
-			last := v.lastSeen(exp, job.TTL)
-			first := job.OpenedAt
-			if last.Before(first) {
-				last = first
-			}
-			result := ReleaseReleased
-			if res[0] == closeRetry {
-				result = ReleaseRetry
-			}
-			var starts int
-			if len(res) > 2 {
-				starts = int(res[2])
-			}
-			return Release{Result: result, Starts: starts, Summary: Summary{Events: v.count(), FirstSeen: first, LastSeen: last}}, nil
-		case closeStale:
-			return Release{Result: ReleaseStaleToken}, nil
-		default:
-			return Release{Result: ReleaseMissing}, nil
-		}
+	exp, rnd := job.Token.packedParts()
+	keys := []string{key, c.takenKey(job), identityKey(key), c.doneKey(job)}
+	if wkey != "" {
+		keys = append(keys, wkey)
 	}
+	res, err := releasePackedScript.Run(ctx, c.rdb, keys,
+		exp, rnd, op, TakenRetention.Milliseconds(), job.Version, wms, wval).Int64Slice()
+	if err != nil {
+		return Release{}, err
+	}
+	switch res[0] {
+	case closeSuperseded:
+		return Release{Result: ReleaseSuperseded}, nil
+	case closeDone:
+		return Release{Result: ReleaseDone}, nil
+	case closeClosed, closeRetry:
+		v := packed(res[1])
+		last := v.lastSeen(exp, job.TTL)
+		first := job.OpenedAt
+		if last.Before(first) {
+			last = first
+		}
+		result := ReleaseReleased
+		if res[0] == closeRetry {
+			result = ReleaseRetry
+		}
+		var starts int
+		if len(res) > 2 {
+			starts = int(res[2])
+		}
+		return Release{Result: result, Starts: starts, Summary: Summary{Events: v.count(), FirstSeen: first, LastSeen: last}}, nil
+	case closeStale:
+		return Release{Result: ReleaseStaleToken}, nil
+	default:
+		return Release{Result: ReleaseMissing}, nil
+	}
+}
+
+// release closes a hash round (take_round.lua).
+func (hashLayout) release(ctx context.Context, c *Coalescer, job Job, op string) (Release, error) {
+	key := c.jobRedisKey(job)
+	wkey, wms, wval := c.nextWindow(job, op)
 	keys := []string{key, c.takenKey(job), c.doneKey(job)}
 	if wkey != "" {
 		keys = append(keys, wkey)

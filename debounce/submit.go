@@ -114,7 +114,7 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 			return d, err
 		}
 	}
-	r, err := c.open(ctx, p, job, now, item, p.hash)
+	r, err := p.layout.open(ctx, c, p, job, now, item)
 	if isWrongType(err) {
 		// The key holds a round of the other layout: the policy's payload
 		// changed (first <-> last/accumulate) while a round opened under
@@ -122,7 +122,7 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 		// under the policy it was opened with, and the next round takes
 		// the new one. Not a store outage.
 		c.mismatch(ctx, p)
-		r, err = c.open(ctx, p, job, now, item, !p.hash)
+		r, err = p.layout.other().open(ctx, c, p, job, now, item)
 	}
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -181,12 +181,6 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 }
 
 // open runs the opening script of one layout.
-func (c *Coalescer) open(ctx context.Context, p *compiled, job Job, now time.Time, item []byte, hash bool) (reply, error) {
-	if hash {
-		return c.openRound(ctx, p, job, now, item)
-	}
-	return c.openPacked(ctx, p, job.Key, now)
-}
 
 // isWrongType reports a script that met a key of the other layout.
 func isWrongType(err error) bool {
@@ -442,12 +436,7 @@ func (c *Coalescer) markPublished(ctx context.Context, p *compiled, key RoundKey
 			case <-t.C:
 			}
 		}
-		if r.token.isHashToken() {
-			err = c.eval(mctx, markRoundScript, []string{r.rkey}, strconv.FormatUint(uint64(r.token), 10)).Err()
-		} else {
-			exp, rnd := r.token.packedParts()
-			err = c.eval(mctx, markPackedScript, []string{r.rkey}, exp, rnd).Err()
-		}
+		err = layoutOfToken(r.token).mark(mctx, c, r)
 		if err == nil || mctx.Err() != nil {
 			break
 		}
@@ -476,20 +465,27 @@ const (
 // under that publish would lose the joiner's accepted event (its job would
 // find no round).
 func (c *Coalescer) backout(ctx context.Context, r reply) (int, error) {
-	if r.token.isHashToken() {
-		res, err := takeRoundScript.Run(ctx, c.rdb, []string{r.rkey},
-			strconv.FormatUint(uint64(r.token), 10), 0, 0, "backout", 0).Slice()
-		if err != nil {
-			return backoutRemoved, err
-		}
-		switch {
-		case len(res) > 0 && res[0] == int64(closeKept):
-			return backoutKept, nil
-		case len(res) > 0 && res[0] == int64(closeShared):
-			return backoutShared, nil
-		}
-		return backoutRemoved, nil
+	return layoutOfToken(r.token).backout(ctx, c, r)
+}
+
+// backout undoes a hash round (take_round.lua's backout).
+func (hashLayout) backout(ctx context.Context, c *Coalescer, r reply) (int, error) {
+	res, err := takeRoundScript.Run(ctx, c.rdb, []string{r.rkey},
+		strconv.FormatUint(uint64(r.token), 10), 0, 0, "backout", 0).Slice()
+	if err != nil {
+		return backoutRemoved, err
 	}
+	switch {
+	case len(res) > 0 && res[0] == int64(closeKept):
+		return backoutKept, nil
+	case len(res) > 0 && res[0] == int64(closeShared):
+		return backoutShared, nil
+	}
+	return backoutRemoved, nil
+}
+
+// backout undoes a packed round (release_packed.lua's backout).
+func (packedLayout) backout(ctx context.Context, c *Coalescer, r reply) (int, error) {
 	exp, rnd := r.token.packedParts()
 	res, err := releasePackedScript.Run(ctx, c.rdb, []string{r.rkey}, exp, rnd, "backout", 0).Int64Slice()
 	if err != nil {
