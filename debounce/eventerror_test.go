@@ -47,5 +47,16 @@ func TestEventErrorNamesFieldAndCode(t *testing.T) {
 				t.Errorf("%s: Error() %q", c.name, err)
 			}
 		}
+		// RoundKeyOf (the batch groups lines by it) and Explain tell an
+		// invalid type from a missing policy as Submit does.
+		bad := debounce.Event{Type: "a b", Args: json.RawMessage(`{}`)}
+		_, errKey := f.c.RoundKeyOf(bad)
+		_, errExplain := f.c.Explain(context.Background(), bad)
+		for what, err := range map[string]error{"RoundKeyOf": errKey, "Explain": errExplain} {
+			var ee *debounce.EventError
+			if !errors.As(err, &ee) || ee.Code != "invalid_type" {
+				t.Errorf("%s of an invalid type: %v, want invalid_type", what, err)
+			}
+		}
 	})
 }

@@ -3,7 +3,6 @@ package debounce
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"github.com/coalesce-io/coalesce/fingerprint"
 )
@@ -29,12 +28,9 @@ type Explanation struct {
 // Explain works out the fingerprint, the round key and what Submit would do
 // with ev, reading Redis but changing nothing.
 func (c *Coalescer) Explain(ctx context.Context, ev Event) (Explanation, error) {
-	p, ok := c.policies[ev.Type]
-	if !ok {
-		if err := fingerprint.ValidateType(ev.Type); err != nil {
-			return Explanation{}, fingerprintError(err, "")
-		}
-		return Explanation{}, fmt.Errorf("%w %q", ErrNoPolicy, ev.Type)
+	p, err := c.policyFor(ev.Type)
+	if err != nil {
+		return Explanation{}, err
 	}
 	fp, key, _, err := c.identify(p, ev)
 	if err != nil {
@@ -90,9 +86,9 @@ func (p *compiled) predict(found bool, r Round) Outcome {
 // Redis: callers that decide many events at once use it to keep the events
 // of one key in order.
 func (c *Coalescer) RoundKeyOf(ev Event) (RoundKey, error) {
-	p, ok := c.policies[ev.Type]
-	if !ok {
-		return RoundKey{}, fmt.Errorf("%w %q", ErrNoPolicy, ev.Type)
+	p, err := c.policyFor(ev.Type)
+	if err != nil {
+		return RoundKey{}, err
 	}
 	_, key, _, err := c.identify(p, ev)
 	return key, err

@@ -30,6 +30,19 @@ func (c *Coalescer) Submit(ctx context.Context, ev Event) (Decision, error) {
 	return d, err
 }
 
+// policyFor is jobType's policy; for a type without one, an *EventError
+// when the type itself is not valid (it could never have one), else
+// ErrNoPolicy.
+func (c *Coalescer) policyFor(jobType string) (*compiled, error) {
+	if p, ok := c.policies[jobType]; ok {
+		return p, nil
+	}
+	if err := fingerprint.ValidateType(jobType); err != nil {
+		return nil, fingerprintError(err, "")
+	}
+	return nil, fmt.Errorf("%w %q", ErrNoPolicy, jobType)
+}
+
 // identify computes the fingerprint, the round key and (accumulate) the item.
 func (c *Coalescer) identify(p *compiled, ev Event) (fingerprint.Fingerprint, RoundKey, []byte, error) {
 	if len(bytes.TrimSpace(ev.Args)) == 0 {
@@ -92,12 +105,9 @@ const (
 )
 
 func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
-	p, ok := c.policies[ev.Type]
-	if !ok {
-		if err := fingerprint.ValidateType(ev.Type); err != nil {
-			return Decision{Type: ev.Type}, fingerprintError(err, "")
-		}
-		return Decision{Type: ev.Type}, fmt.Errorf("%w %q", ErrNoPolicy, ev.Type)
+	p, err := c.policyFor(ev.Type)
+	if err != nil {
+		return Decision{Type: ev.Type}, err
 	}
 	fp, key, item, err := c.identify(p, ev)
 	d := Decision{Type: ev.Type, Key: key, Fingerprint: fp}
