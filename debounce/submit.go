@@ -190,8 +190,6 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 	return d, nil
 }
 
-// open runs the opening script of one layout.
-
 // isWrongType reports a script that met a key of the other layout.
 func isWrongType(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "WRONGTYPE")
