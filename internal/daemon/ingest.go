@@ -389,6 +389,9 @@ func (in *Ingest) setMark(ctx context.Context, mark string, ttl time.Duration) {
 	if mark == "" {
 		return
 	}
+	// Its own deadline: the decision may have used up the event's.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	if err := in.cfg.Redis.Set(ctx, mark, "1", ttl).Err(); err != nil {
 		in.log.Debug("ingest: could not mark a stored event decided; a redelivery would decide it again", "key", mark, "err", err)
 	}
@@ -400,9 +403,11 @@ func (in *Ingest) ack(ctx context.Context, msg jetstream.Msg, mark string) {
 	if f := in.loseAck.Load(); f != nil && (*f)(msg) {
 		return
 	}
-	if err := msg.DoubleAck(ctx); err != nil {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := msg.DoubleAck(actx); err != nil {
 		in.log.Warn("ingest: an ack was not confirmed; its redelivery will be recognised", "subject", msg.Subject(), "err", err)
-		in.setMark(context.WithoutCancel(ctx), mark, IngestUnackedMark)
+		in.setMark(ctx, mark, IngestUnackedMark)
 	}
 }
 
