@@ -15,3 +15,7 @@ func LoseAcks(in *Ingest, f func(jetstream.Msg) bool) { in.loseAck.Store(&f) }
 func IngestCount(m *Metrics, source, result string) float64 {
 	return testutil.ToFloat64(m.ingest.WithLabelValues(source, result))
 }
+
+// SetMaxAckPending gives the intake's consumers n pending acks at most
+// instead of 16,384, so a test fills them with a few events.
+func SetMaxAckPending(cfg *IngestConfig, n int) { cfg.maxAckPending = n }

@@ -84,6 +84,8 @@ type IngestConfig struct {
 	RedisPrefix string
 	Metrics     *Metrics
 	Logger      *slog.Logger
+
+	maxAckPending int // set by tests: ingestMaxAckPending otherwise
 }
 
 // Ingest receives events over NATS.
@@ -91,11 +93,12 @@ type Ingest struct {
 	cfg      IngestConfig
 	sub      *nats.Subscription
 	iterMu   sync.Mutex
-	iter     jetstream.MessagesContext
+	readers  []*reader // the intake's consumer, then its parking consumers
 	stopping atomic.Bool
 	startMu  sync.Mutex // a decision starts (wg.Add) only while not stopping
 	wg       sync.WaitGroup
-	sem      chan struct{}
+	sem      chan struct{} // decisions in flight: requests and the intake's consumer
+	parkSem  chan struct{} // decisions in flight from the parking consumers
 	log      *slog.Logger
 	// loseAck, set by tests, loses the ack of the events it is true for,
 	// as a dropped connection or a crash right after the decision would.
@@ -111,7 +114,7 @@ func StartIngest(ctx context.Context, cfg IngestConfig) (*Ingest, error) {
 	if cfg.Stream == "" {
 		cfg.Stream = DefaultIngestStream
 	}
-	in := &Ingest{cfg: cfg, sem: make(chan struct{}, cfg.Parallel), log: cfg.Logger}
+	in := &Ingest{cfg: cfg, sem: make(chan struct{}, cfg.Parallel), parkSem: make(chan struct{}, max(1, cfg.Parallel/2)), log: cfg.Logger}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}
@@ -131,13 +134,15 @@ func StartIngest(ctx context.Context, cfg IngestConfig) (*Ingest, error) {
 			in.Stop()
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
-		it, err := in.open(ctx)
-		if err != nil {
+		main := &reader{name: "coalesce-ingest", stream: cfg.Stream, prefetch: cfg.Parallel}
+		if err := in.startReader(ctx, main); err != nil {
 			in.Stop()
 			return nil, err
 		}
-		in.iter = it
-		in.wg.Go(in.consume)
+		if err := in.startParking(ctx); err != nil {
+			in.Stop()
+			return nil, err
+		}
 	}
 	return in, nil
 }
@@ -236,18 +241,47 @@ func (in *Ingest) decide(ctx context.Context, subject, jobType string, data []by
 	return b, false
 }
 
-// open creates (or updates) the intake consumer and opens its iterator.
-func (in *Ingest) open(ctx context.Context) (jetstream.MessagesContext, error) {
-	cons, err := in.cfg.JetStream.CreateOrUpdateConsumer(ctx, in.cfg.Stream, jetstream.ConsumerConfig{
-		Durable: "coalesce-ingest", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-		MaxAckPending: ingestMaxAckPending,
+// A reader is one consumer the durable intake decides from: its own on the
+// intake stream, or a parking consumer (ingest_park.go).
+type reader struct {
+	name     string // durable consumer name
+	stream   string
+	filter   string // "" for the intake's own consumer: every subject
+	prefetch int
+	parked   bool // its messages are parked copies
+	iter     jetstream.MessagesContext
+}
+
+// startReader opens r and decides what it delivers until Stop.
+func (in *Ingest) startReader(ctx context.Context, r *reader) error {
+	it, err := in.open(ctx, r)
+	if err != nil {
+		return err
+	}
+	in.iterMu.Lock()
+	r.iter = it
+	in.readers = append(in.readers, r)
+	in.iterMu.Unlock()
+	in.wg.Go(func() { in.consume(r) })
+	return nil
+}
+
+// open creates (or updates) r's consumer and opens its iterator.
+func (in *Ingest) open(ctx context.Context, r *reader) (jetstream.MessagesContext, error) {
+	maxPending := ingestMaxAckPending
+	if in.cfg.maxAckPending > 0 {
+		maxPending = in.cfg.maxAckPending
+	}
+	cons, err := in.cfg.JetStream.CreateOrUpdateConsumer(ctx, r.stream, jetstream.ConsumerConfig{
+		Durable: r.name, FilterSubject: r.filter, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxAckPending: maxPending,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ingest: consumer on %s: %w", in.cfg.Stream, err)
+		return nil, fmt.Errorf("ingest: consumer %s on %s: %w", r.name, r.stream, err)
 	}
-	it, err := cons.Messages(jsread.Options(in.cfg.Parallel)...)
+	it, err := cons.Messages(jsread.Options(r.prefetch)...)
 	if err != nil {
-		return nil, fmt.Errorf("ingest: consume %s: %w", in.cfg.Stream, err)
+		return nil, fmt.Errorf("ingest: consume %s: %w", r.stream, err)
 	}
 	return it, nil
 }
@@ -255,11 +289,11 @@ func (in *Ingest) open(ctx context.Context) (jetstream.MessagesContext, error) {
 // consume decides the stored events until Stop. JetStream trouble never
 // stops it: a transient error is logged and reading goes on, a closed
 // iterator is opened again (with its consumer), with a backoff.
-func (in *Ingest) consume() {
+func (in *Ingest) consume(r *reader) {
 	wait := 100 * time.Millisecond
 	for {
 		in.iterMu.Lock()
-		it := in.iter
+		it := r.iter
 		in.iterMu.Unlock()
 		msg, err := it.Next()
 		if err != nil {
@@ -275,15 +309,15 @@ func (in *Ingest) consume() {
 			in.log.Warn("ingest: the intake iterator is gone; opening it again", "err", err, "retry_in", wait)
 			time.Sleep(wait)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			next, err := in.open(ctx)
+			next, err := in.open(ctx, r)
 			cancel()
 			if err != nil {
-				in.log.Warn("ingest: could not open the intake again; retrying", "err", err)
+				in.log.Warn("ingest: could not open the intake again; retrying", "consumer", r.name, "err", err)
 				wait = min(2*wait, 10*time.Second)
 				continue
 			}
 			in.iterMu.Lock()
-			in.iter = next
+			r.iter = next
 			in.iterMu.Unlock()
 			if in.stopping.Load() {
 				next.Stop()
@@ -292,13 +326,17 @@ func (in *Ingest) consume() {
 			wait = 100 * time.Millisecond
 			continue
 		}
-		in.sem <- struct{}{}
+		sem := in.sem
+		if r.parked {
+			sem = in.parkSem // parked events, failing slowly, never take all slots
+		}
+		sem <- struct{}{}
 		in.startMu.Lock()
 		if in.stopping.Load() {
 			// Not decided: another intake (or this one, started again)
 			// gets it.
 			in.startMu.Unlock()
-			<-in.sem
+			<-sem
 			_ = msg.Nak()
 			return
 		}
@@ -306,33 +344,33 @@ func (in *Ingest) consume() {
 		in.startMu.Unlock()
 		go func() {
 			defer in.wg.Done()
-			defer func() { <-in.sem }()
-			in.onStored(msg)
+			defer func() { <-sem }()
+			in.onStored(msg, r.parked)
 		}()
 	}
 }
 
-// onStored decides one event from the intake stream: acked once decided,
-// retried for a transient reason, dead-lettered when it can never be.
-func (in *Ingest) onStored(msg jetstream.Msg) {
+// onStored decides one event from the intake stream or a parked copy of
+// one: acked once decided; parked (or, parked already, retried later) for a
+// transient reason; dead-lettered when it can never be decided.
+func (in *Ingest) onStored(msg jetstream.Msg, parked bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), ingestDecideTimeout)
 	defer cancel()
-	subject := msg.Subject()
-	n, stored, mark := 1, time.Now(), ""
-	if md, err := msg.Metadata(); err == nil {
-		n, stored = int(md.NumDelivered), md.Timestamp
-		mark = in.markKey(md)
-	}
-	if n > 1 && in.decided(ctx, mark) {
-		in.count("stream", "redelivered")
-		in.ack(ctx, msg, mark)
+	ev, err := in.storedEvent(msg, parked)
+	if err != nil {
+		in.refuse(ctx, msg, ev, "invalid_parked", err.Error())
 		return
 	}
-	reply, ok := in.decide(ctx, subject, in.typeFromSubject(subject, "ingest"), msg.Data(), msg.Headers().Get("traceparent"))
+	if (ev.n > 1 || ev.parked) && in.decided(ctx, ev.mark) {
+		in.count("stream", "redelivered")
+		in.ack(ctx, msg, ev.mark)
+		return
+	}
+	reply, ok := in.decide(ctx, ev.subject, in.typeFromSubject(ev.subject, "ingest"), msg.Data(), msg.Headers().Get("traceparent"))
 	if ok {
 		in.count("stream", "ok")
-		in.setMark(ctx, mark, IngestDecidedMark)
-		in.ack(ctx, msg, mark)
+		in.setMark(ctx, ev.mark, IngestDecidedMark)
+		in.ack(ctx, msg, ev.mark)
 		return
 	}
 	var body errorBody
@@ -343,36 +381,85 @@ func (in *Ingest) onStored(msg jetstream.Msg) {
 	}
 	switch code {
 	case "store_unavailable", "publish_unavailable", "canceled":
-		in.count("stream", "retry")
-		_ = msg.NakWithDelay(IngestRetryDelay(n))
+		in.later(ctx, msg, ev)
 		return
 	case "no_policy":
-		if time.Since(stored) < IngestPolicyGrace {
-			in.count("stream", "retry")
-			_ = msg.NakWithDelay(IngestRetryDelay(n))
+		if time.Since(ev.stored) < IngestPolicyGrace {
+			in.later(ctx, msg, ev)
 			return
 		}
 	}
-	dl, err := in.deadLetter(ctx, msg, code, message, n)
+	in.refuse(ctx, msg, ev, code, message)
+}
+
+// later has a stored event decided later: parked, off the intake's
+// consumer, when it is still on it, or else delivered again after
+// IngestRetryDelay.
+func (in *Ingest) later(ctx context.Context, msg jetstream.Msg, ev storedEvent) {
+	if !ev.parked {
+		err := in.park(ctx, msg, ev)
+		if err == nil {
+			in.count("stream", "parked")
+			return
+		}
+		in.log.Warn("ingest: an event that must wait could not be parked; it waits on the intake", "subject", ev.subject, "err", err)
+	}
+	in.count("stream", "retry")
+	_ = msg.NakWithDelay(IngestRetryDelay(ev.n))
+}
+
+// refuse dead-letters an event that can never be decided.
+func (in *Ingest) refuse(ctx context.Context, msg jetstream.Msg, ev storedEvent, code, message string) {
+	dl, err := in.deadLetter(ctx, msg, ev, code, message)
 	if err != nil {
-		in.log.Warn("ingest: an event that cannot be decided could not be dead-lettered; retrying", "subject", subject, "code", code, "err", err)
+		in.log.Warn("ingest: an event that cannot be decided could not be dead-lettered; retrying", "subject", ev.subject, "code", code, "err", err)
 		in.count("stream", "retry")
-		_ = msg.NakWithDelay(IngestRetryDelay(n))
+		_ = msg.NakWithDelay(IngestRetryDelay(ev.n))
 		return
 	}
-	in.log.Warn("ingest: an event that cannot be decided went to the dead letters", "subject", subject, "dead_letter", dl, "code", code, "error", message)
+	in.log.Warn("ingest: an event that cannot be decided went to the dead letters", "subject", ev.subject, "dead_letter", dl, "code", code, "error", message)
 	in.count("stream", "dead")
 	_ = msg.Term()
 }
 
-// markKey names the decided mark of a stored event: the stream's sequence
-// and the time it was stored, so a stream deleted and created again (its
-// sequence starting over) never finds an older event's mark.
-func (in *Ingest) markKey(md *jetstream.MsgMetadata) string {
-	if in.cfg.Redis == nil {
-		return ""
+// A storedEvent is what the intake knows of a stored event besides its
+// body, whether it comes from the intake stream or is a parked copy.
+type storedEvent struct {
+	subject string    // where it was stored: <prefix>.ingest.<type>
+	id      string    // the intake stream, its sequence there, when it was stored
+	mark    string    // its decided mark in Redis; "" without Redis
+	stored  time.Time // when it was stored in the intake stream
+	n       int       // deliveries so far, on the intake and parked
+	parked  bool
+}
+
+// storedEvent reads msg's event: from its metadata on the intake stream,
+// from the headers park gave it when parked.
+func (in *Ingest) storedEvent(msg jetstream.Msg, parked bool) (storedEvent, error) {
+	ev := storedEvent{subject: msg.Subject(), stored: time.Now(), n: 1, parked: parked}
+	md, err := msg.Metadata()
+	if err == nil {
+		ev.n, ev.stored = int(md.NumDelivered), md.Timestamp
+		ev.id = md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10) + ":" + strconv.FormatInt(md.Timestamp.UnixNano(), 36)
 	}
-	return in.cfg.RedisPrefix + "ingest:" + md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10) + ":" + strconv.FormatInt(md.Timestamp.UnixNano(), 36)
+	if parked {
+		h := msg.Headers()
+		ev.subject, ev.id = h.Get(hdrParkedSubject), h.Get(hdrParkedID)
+		stored, serr := time.Parse(time.RFC3339Nano, h.Get(hdrParkedStored))
+		before, nerr := strconv.Atoi(h.Get(hdrParkedDeliveries))
+		if !strings.HasPrefix(ev.subject, in.cfg.Prefix+".ingest.") || ev.id == "" || serr != nil || nerr != nil {
+			ev.subject = msg.Subject()
+			return ev, fmt.Errorf("a message on the parking stream without valid %s, %s, %s and %s headers: not parked by coalesce", hdrParkedSubject, hdrParkedID, hdrParkedStored, hdrParkedDeliveries)
+		}
+		ev.stored, ev.n = stored, before+ev.n
+	}
+	if in.cfg.Redis != nil && ev.id != "" {
+		// The stream's sequence and the time it was stored, so a stream
+		// deleted and created again (its sequence starting over) never
+		// finds an older event's mark.
+		ev.mark = in.cfg.RedisPrefix + "ingest:" + ev.id
+	}
+	return ev, nil
 }
 
 // decided reports whether a redelivered event was decided before. When
@@ -413,24 +500,32 @@ func (in *Ingest) ack(ctx context.Context, msg jetstream.Msg, mark string) {
 
 // deadLetter stores a stored event that can never be decided on
 // <prefix>.dead._ingest.<the subject's tail>, with why.
-func (in *Ingest) deadLetter(ctx context.Context, msg jetstream.Msg, code, message string, deliveries int) (string, error) {
-	tail := strings.TrimPrefix(msg.Subject(), in.cfg.Prefix+".ingest.")
+func (in *Ingest) deadLetter(ctx context.Context, msg jetstream.Msg, ev storedEvent, code, message string) (string, error) {
+	tail := strings.TrimPrefix(ev.subject, in.cfg.Prefix+".ingest.")
+	tail = strings.TrimPrefix(tail, in.cfg.Prefix+".") // a stray message on the parking stream
 	dl := nats.NewMsg(in.cfg.Prefix + ".dead._ingest." + tail)
-	for k, vs := range msg.Headers() {
-		if strings.HasPrefix(k, "Nats-") {
-			continue // no message id (deduplicated against the original) nor expectations
-		}
-		for _, v := range vs {
-			dl.Header.Add(k, v)
-		}
-	}
+	copyHeaders(dl.Header, msg.Headers())
 	dl.Header.Set("Coalesce-Error-Code", code)
 	dl.Header.Set("Coalesce-Error", message)
-	dl.Header.Set("Coalesce-Ingest-Subject", msg.Subject())
-	dl.Header.Set("Coalesce-Deliveries", strconv.Itoa(deliveries))
+	dl.Header.Set("Coalesce-Ingest-Subject", ev.subject)
+	dl.Header.Set("Coalesce-Deliveries", strconv.Itoa(ev.n))
 	dl.Data = msg.Data()
 	_, err := in.cfg.JetStream.PublishMsg(ctx, dl)
 	return dl.Subject, err
+}
+
+// copyHeaders copies a stored event's own headers: not the server's
+// (a message id would be deduplicated against the original, an expectation
+// fail) nor those park adds.
+func copyHeaders(to, from nats.Header) {
+	for k, vs := range from {
+		if strings.HasPrefix(k, "Nats-") || strings.HasPrefix(k, hdrParkedPrefix) {
+			continue
+		}
+		for _, v := range vs {
+			to.Add(k, v)
+		}
+	}
 }
 
 func (in *Ingest) count(source, result string) {
@@ -459,8 +554,8 @@ func (in *Ingest) Stop() {
 	in.stopping.Store(true)
 	in.startMu.Unlock()
 	in.iterMu.Lock()
-	if in.iter != nil {
-		in.iter.Stop()
+	for _, r := range in.readers {
+		r.iter.Stop()
 	}
 	in.iterMu.Unlock()
 	in.wg.Wait()

@@ -72,7 +72,7 @@ func NewMetrics(types ...string) *Metrics {
 	m.guard = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_guard_total",
 		Help: "Run-once guard decisions, by job type and result."}, []string{"type", "result"})
 	m.ingest = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_ingest_total",
-		Help: "Events received over NATS, by source (request, stream) and result (ok, error for a request; ok, retry, dead, redelivered for a stored event)."}, []string{"source", "result"})
+		Help: "Events received over NATS, by source (request, stream) and result (ok, error for a request; ok, parked, retry, dead, redelivered for a stored event)."}, []string{"source", "result"})
 	m.cron = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_cron_ticks_total",
 		Help: "Cron rule ticks, by rule and result (ok, error)."}, []string{"rule", "result"})
 	m.http = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_http_requests_total",
