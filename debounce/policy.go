@@ -83,34 +83,37 @@ const (
 
 // Policy says how the events of one job type become jobs. The zero values of
 // the optional fields take the defaults above; Validate says what is wrong.
+// The yaml tags are the keys of a policy in the daemon's configuration file
+// (and the field names PolicyError uses); durations there are Go durations
+// such as "30s".
 type Policy struct {
-	Type string // job type, as in fingerprint.ValidateType
-	Mode Mode
+	Type string `yaml:"-"` // job type, as in fingerprint.ValidateType
+	Mode Mode   `yaml:"mode"`
 
 	// Window: debounce delay (from the first event, or from each event with
 	// Extend); throttle window length. Not used by dedup.
-	Window time.Duration
+	Window time.Duration `yaml:"window"`
 	// TTL is the dedup window of a dedup policy with Until expiry (required
 	// there). Every other round lives until its job starts: Config.MaxAge
 	// past its latest due time, so TTL must be left zero. Throttle: leave
 	// zero; the window is the TTL.
-	TTL time.Duration
+	TTL time.Duration `yaml:"ttl"`
 	// Extend (debounce only): each event pushes the due time to event+Window,
 	// capped at first event+MaxWait. MaxWait is then required.
-	Extend  bool
-	MaxWait time.Duration
+	Extend  bool          `yaml:"extend"`
+	MaxWait time.Duration `yaml:"max_wait"`
 
-	Payload   Payload // default first
-	MaxItems  int     // accumulate: reaching it fires the round now (default DefaultMaxItems); later items ride along until the job starts
-	ItemField string  // accumulate: collect this top-level member of args instead of the whole args
+	Payload   Payload `yaml:"payload"`    // default first
+	MaxItems  int     `yaml:"max_items"`  // accumulate: reaching it fires the round now (default DefaultMaxItems); later items ride along until the job starts
+	ItemField string  `yaml:"item_field"` // accumulate: collect this top-level member of args instead of the whole args
 
 	// KeyFields: top-level members of args that identify the effect (say
 	// tenant_id); empty means all of args. An event's explicit key overrides.
-	KeyFields []string
+	KeyFields []string `yaml:"key_fields"`
 
-	Until    Until    // dedup only; default start
-	Trailing bool     // throttle only: one more job at the window's end for the events dropped
-	Fail     FailMode // default open
+	Until    Until    `yaml:"until"`    // dedup only; default start
+	Trailing bool     `yaml:"trailing"` // throttle only: one more job at the window's end for the events dropped
+	Fail     FailMode `yaml:"fail"`     // default open
 }
 
 // PolicyError says which field of which policy is wrong and what to change.

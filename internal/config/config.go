@@ -62,118 +62,126 @@ const (
 
 // Config is the daemon's configuration: the file's values over the defaults,
 // with environment overrides on top.
+//
+// The yaml tags name each field's key in the file and are all the decoder
+// needs: a new key is a tagged field (a string or named string type, bool,
+// int, time.Duration, []string, []time.Duration or a tagged struct; ",size"
+// reads "1MiB" into an int64) and its check in validate.go. ",custom" marks
+// the few keys decode.go reads by hand (policies, cron and its args, the
+// Redis and NATS address lists). The fields' order is the order the
+// "unknown key (known: ...)" messages list them in.
 type Config struct {
-	Redis    Redis
-	NATS     NATS
-	HTTP     HTTP
-	Embedded Embedded
+	Redis    Redis    `yaml:"redis"`
+	NATS     NATS     `yaml:"nats"`
+	HTTP     HTTP     `yaml:"http"`
+	Embedded Embedded `yaml:"embedded"`
 	// Policies come from the `policies:` mapping, keyed by job type, in file
 	// order, with debounce defaults applied (Policy.WithDefaults).
-	Policies []debounce.Policy
-	Cron     []CronRule
-	Worker   Worker
-	Source   string // file the config came from ("" when none)
+	Policies []debounce.Policy `yaml:"policies,custom"`
+	Cron     []CronRule        `yaml:"cron,custom"`
+	Worker   Worker            `yaml:"worker"`
+	Source   string            `yaml:"-"` // file the config came from ("" when none)
 }
 
 // TLS configures a client connection's TLS (YAML: enabled, ca_file,
 // cert_file, key_file, insecure_skip_verify).
 type TLS struct {
-	Enabled            bool
-	CAFile             string // PEM roots to trust instead of the system's
-	CertFile           string // PEM client certificate, with KeyFile
-	KeyFile            string
-	InsecureSkipVerify bool // do not verify the server's certificate (tests only)
+	Enabled            bool   `yaml:"enabled"`
+	CAFile             string `yaml:"ca_file"`   // PEM roots to trust instead of the system's
+	CertFile           string `yaml:"cert_file"` // PEM client certificate, with KeyFile
+	KeyFile            string `yaml:"key_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"` // do not verify the server's certificate (tests only)
 }
 
 // Redis says where reservations are kept: a single node (URL), a Cluster
 // (Addrs) or a Sentinel-managed primary (SentinelMaster with Addrs).
 type Redis struct {
-	URL            string   // redis://, rediss:// or unix:// (single node)
-	Addrs          []string // cluster seed addresses (host:port); mutually exclusive with URL
-	SentinelMaster string   // YAML sentinel.master; then Addrs (sentinel.addrs) are the sentinels
-	Username       string   // overrides the URL's user
-	Password       string   // overrides the URL's password
-	DB             int      // overrides the URL's database; 0 with a Cluster
-	TLS            TLS      // a rediss:// URL turns TLS on by itself
-	Prefix         string   // reservation key prefix, default DefaultRedisPrefix
-	Eviction       string   // EvictionWarn (default) or EvictionRefuse, when maxmemory-policy is allkeys-*
+	URL            string   `yaml:"url"`             // redis://, rediss:// or unix:// (single node)
+	Addrs          []string `yaml:"addrs,custom"`    // cluster seed addresses (host:port); mutually exclusive with URL
+	SentinelMaster string   `yaml:"sentinel,custom"` // YAML sentinel.master; then Addrs (sentinel.addrs) are the sentinels
+	Username       string   `yaml:"username"`        // overrides the URL's user
+	Password       string   `yaml:"password"`        // overrides the URL's password
+	DB             int      `yaml:"db"`              // overrides the URL's database; 0 with a Cluster
+	TLS            TLS      `yaml:"tls"`             // a rediss:// URL turns TLS on by itself
+	Prefix         string   `yaml:"prefix"`          // reservation key prefix, default DefaultRedisPrefix
 	// Persistence: EvictionWarn (default) or EvictionRefuse when Redis has
 	// neither AOF nor RDB persistence, so that a restart loses every round.
-	Persistence string
+	Persistence string `yaml:"persistence"`
+	Eviction    string `yaml:"eviction"` // EvictionWarn (default) or EvictionRefuse, when maxmemory-policy is allkeys-*
 }
 
 // NATS says which NATS servers carry the jobs and how the stream is set up.
 type NATS struct {
-	URLs      []string // YAML `urls` (list) or `url` (a URL or comma-separated URLs)
-	CredsFile string   // user JWT and seed (.creds)
-	NKeyFile  string   // nkey user seed
-	User      string
-	Password  string
-	Token     string
-	TLS       TLS // tls:// and wss:// URLs turn TLS on by themselves
-	Stream    string
-	Prefix    string // subject prefix
-	Replicas  int    // 1 to 5
-	Storage   string // StorageFile or StorageMemory
+	URLs      []string `yaml:"urls,custom"` // YAML `urls` (list) or `url` (a URL or comma-separated URLs)
+	CredsFile string   `yaml:"creds_file"`  // user JWT and seed (.creds)
+	NKeyFile  string   `yaml:"nkey_file"`   // nkey user seed
+	User      string   `yaml:"user"`
+	Password  string   `yaml:"password"`
+	Token     string   `yaml:"token"`
+	TLS       TLS      `yaml:"tls"` // tls:// and wss:// URLs turn TLS on by themselves
+	Stream    string   `yaml:"stream"`
+	Prefix    string   `yaml:"prefix"`   // subject prefix
+	Replicas  int      `yaml:"replicas"` // 1 to 5
+	Storage   string   `yaml:"storage"`  // StorageFile or StorageMemory
 	// MaxAge is how long the stream keeps a job no worker has taken (and
 	// dead letters); a round lives as long past its latest due time, so its
 	// data is there whenever its job starts. DefaultNATSMaxAge, at most
 	// debounce.MaxMaxAge.
-	MaxAge time.Duration
-	Ingest Ingest
+	MaxAge time.Duration `yaml:"max_age"`
+	Ingest Ingest        `yaml:"ingest"`
 }
 
 // Ingest says how events arrive over NATS.
 type Ingest struct {
 	// Subjects (YAML request_reply, default true): answer requests on
 	// <prefix>.events.<type> with the decision.
-	Subjects bool
+	Subjects bool `yaml:"request_reply"`
 	// Durable: also consume a durable ingest stream (at-least-once intake).
-	Durable bool
-	Stream  string // the durable ingest stream, default DefaultIngestStream
+	Durable bool   `yaml:"durable"`
+	Stream  string `yaml:"stream"` // the durable ingest stream, default DefaultIngestStream
 }
 
 // HTTP configures the daemon's HTTP API.
 type HTTP struct {
-	Listen string   // host:port, default DefaultHTTPListen
-	Tokens []string // bearer tokens; empty means no authentication
+	Listen string   `yaml:"listen"` // host:port, default DefaultHTTPListen
+	Tokens []string `yaml:"tokens"` // bearer tokens; empty means no authentication
 	// PublicMetrics serves /metrics without a token even when Tokens are
 	// set; by default /metrics takes one whenever the API does.
-	PublicMetrics bool
+	PublicMetrics bool `yaml:"public_metrics"`
 	// BodyLimit is the largest request body in bytes (YAML: "1MiB",
 	// "512KiB", "10MB" or a byte count), default DefaultBodyLimit.
-	BodyLimit    int64
-	ReadTimeout  time.Duration
-	WriteTimeout time.Duration
+	BodyLimit    int64         `yaml:"body_limit,size"`
+	ReadTimeout  time.Duration `yaml:"read_timeout"`
+	WriteTimeout time.Duration `yaml:"write_timeout"`
 }
 
 // Embedded configures the in-process NATS and Redis run when neither Redis
 // nor NATS is configured (see UsesEmbedded).
 type Embedded struct {
-	NATSListen  string // host:port; port 0 picks a free port
-	RedisListen string // host:port; port 0 picks a free port
-	DataDir     string // JetStream store
+	NATSListen  string `yaml:"nats_listen"`  // host:port; port 0 picks a free port
+	RedisListen string `yaml:"redis_listen"` // host:port; port 0 picks a free port
+	DataDir     string `yaml:"data_dir"`     // JetStream store
 }
 
 // CronRule submits an event on a schedule, through the job type's policy.
 type CronRule struct {
-	Name string
+	Name string `yaml:"name"`
 	// Schedule is a robfig/cron/v3 spec with a seconds field, such as
 	// "0 */5 * * * *", or a descriptor such as "@every 1m" or "@daily".
-	Schedule string
-	Timezone string          // IANA name, default DefaultTimezone
-	Type     string          // job type; it must have a policy
-	Args     json.RawMessage // the YAML `args` as JSON; {} when absent
-	Key      string          // optional explicit round key
+	Schedule string          `yaml:"schedule"`
+	Timezone string          `yaml:"timezone"`    // IANA name, default DefaultTimezone
+	Type     string          `yaml:"type"`        // job type; it must have a policy
+	Args     json.RawMessage `yaml:"args,custom"` // the YAML `args` as JSON; {} when absent
+	Key      string          `yaml:"key"`         // optional explicit round key
 }
 
 // Worker tunes job consumption; zero values take the worker package's
 // defaults.
 type Worker struct {
-	Concurrency int
-	MaxDeliver  int
-	AckWait     time.Duration
-	Backoff     []time.Duration
+	Concurrency int             `yaml:"concurrency"`
+	MaxDeliver  int             `yaml:"max_deliver"`
+	AckWait     time.Duration   `yaml:"ack_wait"`
+	Backoff     []time.Duration `yaml:"backoff"`
 }
 
 // Load reads the configuration file at path ("" means none: defaults only),

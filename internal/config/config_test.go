@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/coalesce-io/coalesce/debounce"
 )
@@ -124,18 +127,18 @@ func TestSampleShowsEveryKey(t *testing.T) {
 	var p debounce.Policy
 	var r CronRule
 	sections := map[string][]field{
-		"":               d.topFields(c),
-		"redis":          d.redisFields(&c.Redis),
+		"":               d.tagged(c),
+		"redis":          d.tagged(&c.Redis),
 		"redis.sentinel": d.sentinelFields(&c.Redis),
-		"redis.tls":      d.tlsFields(&c.Redis.TLS),
-		"nats":           d.natsFields(&c.NATS),
-		"nats.tls":       d.tlsFields(&c.NATS.TLS),
-		"nats.ingest":    d.ingestFields(&c.NATS.Ingest),
-		"http":           d.httpFields(&c.HTTP),
-		"embedded":       d.embeddedFields(&c.Embedded),
-		"policies.*":     d.policyFields(&p),
-		"cron[*]":        d.cronFields(&r),
-		"worker":         d.workerFields(&c.Worker),
+		"redis.tls":      d.tagged(&c.Redis.TLS),
+		"nats":           d.tagged(&c.NATS),
+		"nats.tls":       d.tagged(&c.NATS.TLS),
+		"nats.ingest":    d.tagged(&c.NATS.Ingest),
+		"http":           d.tagged(&c.HTTP),
+		"embedded":       d.tagged(&c.Embedded),
+		"policies.*":     d.tagged(&p),
+		"cron[*]":        d.tagged(&r),
+		"worker":         d.tagged(&c.Worker),
 	}
 	for section, fs := range sections {
 		for _, f := range fs {
@@ -885,4 +888,97 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("parseSize(%q) = %v, %v; want %v, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
 	}
+}
+
+// TestKnownKeysInOrder pins every section's keys in the order the
+// "unknown key (known: ...)" messages list them: the order of the tagged
+// fields, which a reordering of a struct would change.
+func TestKnownKeysInOrder(t *testing.T) {
+	t.Parallel()
+	d, c := newDecoder(""), defaults()
+	var p debounce.Policy
+	var r CronRule
+	for _, tt := range []struct {
+		section string
+		fs      []field
+		want    string
+	}{
+		{"", d.tagged(c), "redis, nats, http, embedded, policies, cron, worker"},
+		{"redis", d.tagged(&c.Redis), "url, addrs, sentinel, username, password, db, tls, prefix, persistence, eviction"},
+		{"redis.sentinel", d.sentinelFields(&c.Redis), "master, addrs"},
+		{"tls", d.tagged(&c.Redis.TLS), "enabled, ca_file, cert_file, key_file, insecure_skip_verify"},
+		{"nats", d.tagged(&c.NATS), "url, urls, creds_file, nkey_file, user, password, token, tls, stream, prefix, replicas, storage, max_age, ingest"},
+		{"nats.ingest", d.tagged(&c.NATS.Ingest), "request_reply, durable, stream"},
+		{"http", d.tagged(&c.HTTP), "listen, tokens, public_metrics, body_limit, read_timeout, write_timeout"},
+		{"embedded", d.tagged(&c.Embedded), "nats_listen, redis_listen, data_dir"},
+		{"policies.*", d.tagged(&p), "mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail"},
+		{"cron[*]", d.tagged(&r), "name, schedule, timezone, type, args, key"},
+		{"worker", d.tagged(&c.Worker), "concurrency, max_deliver, ack_wait, backoff"},
+	} {
+		if got := keyList(tt.fs); got != tt.want {
+			t.Errorf("section %q knows %s, want %s", tt.section, got, tt.want)
+		}
+	}
+}
+
+// TestTaggedFieldsDecodeByType: a tagged field is decoded by its Go type,
+// with the same checks and messages as every other key of that type, and
+// a type the decoder does not know is refused loudly (a panic naming the
+// field), not skipped.
+func TestTaggedFieldsDecodeByType(t *testing.T) {
+	t.Parallel()
+	type inner struct {
+		On bool `yaml:"on"`
+	}
+	type all struct {
+		S    string          `yaml:"s"`
+		Mode debounce.Mode   `yaml:"mode"`
+		B    bool            `yaml:"b"`
+		N    int             `yaml:"n"`
+		D    time.Duration   `yaml:"d"`
+		L    []string        `yaml:"l"`
+		DL   []time.Duration `yaml:"dl"`
+		Size int64           `yaml:"size,size"`
+		In   inner           `yaml:"in"`
+		Skip string          `yaml:"-"`
+		None string
+	}
+	decode := func(src string) (all, error) {
+		var v all
+		d := newDecoder("t.yaml")
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+			t.Fatal(err)
+		}
+		return v, d.fields(doc.Content[0], "", d.tagged(&v))
+	}
+	got, err := decode("s: 0123\nmode: throttle\nb: true\nn: 7\nd: 90s\nl: [a, b]\ndl: [1s, 2m]\nsize: 2KiB\nin: {on: true}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := all{S: "0123", Mode: debounce.ModeThrottle, B: true, N: 7, D: 90 * time.Second, L: []string{"a", "b"},
+		DL: []time.Duration{time.Second, 2 * time.Minute}, Size: 2048, In: inner{On: true}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("decoded %+v, want %+v", got, want)
+	}
+	for src, msg := range map[string]string{
+		"n: -1\n":        "t.yaml:1: n: -1 must not be negative",
+		"d: soon\n":      `t.yaml:1: d: "soon" is not a duration (use e.g. 30s, 5m)`,
+		"size: lots\n":   `t.yaml:1: size: "lots" is not a size (use e.g. 1MiB, 512KiB, 10MB or a byte count)`,
+		"in: {off: 1}\n": "t.yaml:1: in.off: unknown key (known: on)",
+		"skip: x\n":      "t.yaml:1: skip: unknown key (known: s, mode, b, n, d, l, dl, size, in)",
+	} {
+		if _, err := decode(src); err == nil || err.Error() != msg {
+			t.Errorf("%q: got %v, want %s", src, err, msg)
+		}
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "odd.F") {
+			t.Errorf("a field of a type without a decoder: recovered %v, want a panic naming odd.F", r)
+		}
+	}()
+	type odd struct {
+		F float64 `yaml:"f"`
+	}
+	newDecoder("").tagged(&odd{})
 }

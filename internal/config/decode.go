@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -169,9 +170,9 @@ func (d *decoder) document(data []byte, c *Config) error {
 		return err
 	}
 	if r := deref(root); !isNull(r) && r.Kind != yaml.MappingNode {
-		return d.nodeErr(r, "", "the file must be a mapping of keys (%s) to values, not %s", keyList(d.topFields(defaults())), describe(r))
+		return d.nodeErr(r, "", "the file must be a mapping of keys (%s) to values, not %s", keyList(d.tagged(new(Config))), describe(r))
 	}
-	return d.fields(root, "", d.topFields(c))
+	return d.fields(root, "", d.tagged(c))
 }
 
 // checkAliases refuses alias cycles and documents whose aliases would add
@@ -552,47 +553,107 @@ func (d *decoder) nested(fs func() []field) func(*yaml.Node, string) error {
 	return func(n *yaml.Node, path string) error { return d.fields(n, path, fs()) }
 }
 
-func (d *decoder) topFields(c *Config) []field {
-	return []field{
-		{"redis", d.nested(func() []field { return d.redisFields(&c.Redis) })},
-		{"nats", d.nested(func() []field { return d.natsFields(&c.NATS) })},
-		{"http", d.nested(func() []field { return d.httpFields(&c.HTTP) })},
-		{"embedded", d.nested(func() []field { return d.embeddedFields(&c.Embedded) })},
-		{"policies", func(n *yaml.Node, path string) error { return d.policies(n, path, c) }},
-		{"cron", func(n *yaml.Node, path string) error { return d.cron(n, path, c) }},
-		{"worker", d.nested(func() []field { return d.workerFields(&c.Worker) })},
+// tagged is the field table of the struct v points at, read from its yaml
+// tags in field order (see Config): the key, and a decoder chosen by the
+// field's type, or by hand for ",custom".
+func (d *decoder) tagged(v any) []field {
+	rv := reflect.ValueOf(v).Elem()
+	t := rv.Type()
+	var fs []field
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		tag := sf.Tag.Get("yaml")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		key, opt, _ := strings.Cut(tag, ",")
+		fv := rv.Field(i)
+		switch opt {
+		case "custom":
+			fs = append(fs, d.custom(t.Name()+"."+sf.Name, rv.Addr().Interface())...)
+		case "size":
+			fs = append(fs, field{key, d.size(fv.Addr().Interface().(*int64))})
+		case "":
+			fs = append(fs, field{key, d.typed(fv, t.Name()+"."+sf.Name)})
+		default:
+			panic(fmt.Sprintf("config: %s.%s: unknown yaml tag option %q", t.Name(), sf.Name, opt))
+		}
 	}
+	return fs
 }
 
-func (d *decoder) tlsFields(t *TLS) []field {
-	return []field{
-		{"enabled", d.boolean(&t.Enabled)},
-		{"ca_file", d.str(&t.CAFile)},
-		{"cert_file", d.str(&t.CertFile)},
-		{"key_file", d.str(&t.KeyFile)},
-		{"insecure_skip_verify", d.boolean(&t.InsecureSkipVerify)},
+var (
+	durationType  = reflect.TypeFor[time.Duration]()
+	durationsType = reflect.TypeFor[[]time.Duration]()
+	stringsType   = reflect.TypeFor[[]string]()
+)
+
+// typed is the decoder of a tagged field, by its type. A type it does not
+// know is a programming error, found by any test that loads a file.
+func (d *decoder) typed(fv reflect.Value, name string) func(*yaml.Node, string) error {
+	switch fv.Type() {
+	case durationType:
+		return d.duration(fv.Addr().Interface().(*time.Duration))
+	case durationsType:
+		return d.durList(fv.Addr().Interface().(*[]time.Duration))
+	case stringsType:
+		return d.strList(fv.Addr().Interface().(*[]string))
 	}
+	switch fv.Kind() {
+	case reflect.String: // string and named string types (debounce.Mode, ...)
+		return func(n *yaml.Node, path string) error {
+			s, err := d.stringValue(n, path)
+			if err == nil {
+				fv.SetString(s)
+			}
+			return err
+		}
+	case reflect.Bool:
+		return d.boolean(fv.Addr().Interface().(*bool))
+	case reflect.Int:
+		return d.integer(fv.Addr().Interface().(*int))
+	case reflect.Struct:
+		return d.nested(func() []field { return d.tagged(fv.Addr().Interface()) })
+	}
+	panic(fmt.Sprintf("config: %s: no YAML decoder for %s; give it a ,custom one in decode.go", name, fv.Type()))
 }
 
-func (d *decoder) redisFields(r *Redis) []field {
-	return []field{
-		{"url", d.str(&r.URL)},
-		{"addrs", func(n *yaml.Node, path string) error {
+// custom is the fields of the keys read by hand, by struct and field name;
+// v points at the struct.
+func (d *decoder) custom(name string, v any) []field {
+	switch name {
+	case "Config.Policies":
+		c := v.(*Config)
+		return []field{{"policies", func(n *yaml.Node, path string) error { return d.policies(n, path, c) }}}
+	case "Config.Cron":
+		c := v.(*Config)
+		return []field{{"cron", func(n *yaml.Node, path string) error { return d.cron(n, path, c) }}}
+	case "Redis.Addrs":
+		r := v.(*Redis)
+		return []field{{"addrs", func(n *yaml.Node, path string) error {
 			if len(r.Addrs) > 0 {
 				return d.nodeErr(n, path, "redis.sentinel.addrs is set too; use addrs for a Cluster, sentinel.addrs for Sentinel")
 			}
 			d.addrsPath = path
 			return d.strList(&r.Addrs)(n, path)
-		}},
-		{"sentinel", d.nested(func() []field { return d.sentinelFields(r) })},
-		{"username", d.str(&r.Username)},
-		{"password", d.str(&r.Password)},
-		{"db", d.integer(&r.DB)},
-		{"tls", d.nested(func() []field { return d.tlsFields(&r.TLS) })},
-		{"prefix", d.str(&r.Prefix)},
-		{"persistence", d.str(&r.Persistence)},
-		{"eviction", d.str(&r.Eviction)},
+		}}}
+	case "Redis.SentinelMaster":
+		r := v.(*Redis)
+		return []field{{"sentinel", d.nested(func() []field { return d.sentinelFields(r) })}}
+	case "NATS.URLs":
+		return d.natsURLFields(v.(*NATS))
+	case "CronRule.Args":
+		r := v.(*CronRule)
+		return []field{{"args", func(n *yaml.Node, path string) error {
+			var b bytes.Buffer
+			if err := d.argsJSON(&b, n, path); err != nil {
+				return err
+			}
+			r.Args = b.Bytes()
+			return nil
+		}}}
 	}
+	panic("config: no custom YAML decoder for " + name)
 }
 
 func (d *decoder) sentinelFields(r *Redis) []field {
@@ -608,7 +669,9 @@ func (d *decoder) sentinelFields(r *Redis) []field {
 	}
 }
 
-func (d *decoder) natsFields(c *NATS) []field {
+// natsURLFields are url (a URL or a comma-separated list) and urls (a
+// list): one of them.
+func (d *decoder) natsURLFields(c *NATS) []field {
 	urlSet := false
 	return []field{
 		{"url", func(n *yaml.Node, path string) error {
@@ -632,89 +695,6 @@ func (d *decoder) natsFields(c *NATS) []field {
 			d.urlsPath = path
 			return d.strList(&c.URLs)(n, path)
 		}},
-		{"creds_file", d.str(&c.CredsFile)},
-		{"nkey_file", d.str(&c.NKeyFile)},
-		{"user", d.str(&c.User)},
-		{"password", d.str(&c.Password)},
-		{"token", d.str(&c.Token)},
-		{"tls", d.nested(func() []field { return d.tlsFields(&c.TLS) })},
-		{"stream", d.str(&c.Stream)},
-		{"prefix", d.str(&c.Prefix)},
-		{"replicas", d.integer(&c.Replicas)},
-		{"storage", d.str(&c.Storage)},
-		{"max_age", d.duration(&c.MaxAge)},
-		{"ingest", d.nested(func() []field { return d.ingestFields(&c.Ingest) })},
-	}
-}
-
-func (d *decoder) ingestFields(in *Ingest) []field {
-	return []field{
-		{"request_reply", d.boolean(&in.Subjects)},
-		{"durable", d.boolean(&in.Durable)},
-		{"stream", d.str(&in.Stream)},
-	}
-}
-
-func (d *decoder) httpFields(h *HTTP) []field {
-	return []field{
-		{"listen", d.str(&h.Listen)},
-		{"tokens", d.strList(&h.Tokens)},
-		{"public_metrics", d.boolean(&h.PublicMetrics)},
-		{"body_limit", d.size(&h.BodyLimit)},
-		{"read_timeout", d.duration(&h.ReadTimeout)},
-		{"write_timeout", d.duration(&h.WriteTimeout)},
-	}
-}
-
-func (d *decoder) embeddedFields(e *Embedded) []field {
-	return []field{
-		{"nats_listen", d.str(&e.NATSListen)},
-		{"redis_listen", d.str(&e.RedisListen)},
-		{"data_dir", d.str(&e.DataDir)},
-	}
-}
-
-func (d *decoder) workerFields(w *Worker) []field {
-	return []field{
-		{"concurrency", d.integer(&w.Concurrency)},
-		{"max_deliver", d.integer(&w.MaxDeliver)},
-		{"ack_wait", d.duration(&w.AckWait)},
-		{"backoff", d.durList(&w.Backoff)},
-	}
-}
-
-func (d *decoder) policyFields(p *debounce.Policy) []field {
-	return []field{
-		{"mode", d.str((*string)(&p.Mode))},
-		{"window", d.duration(&p.Window)},
-		{"ttl", d.duration(&p.TTL)},
-		{"extend", d.boolean(&p.Extend)},
-		{"max_wait", d.duration(&p.MaxWait)},
-		{"payload", d.str((*string)(&p.Payload))},
-		{"max_items", d.integer(&p.MaxItems)},
-		{"item_field", d.str(&p.ItemField)},
-		{"key_fields", d.strList(&p.KeyFields)},
-		{"until", d.str((*string)(&p.Until))},
-		{"trailing", d.boolean(&p.Trailing)},
-		{"fail", d.str((*string)(&p.Fail))},
-	}
-}
-
-func (d *decoder) cronFields(r *CronRule) []field {
-	return []field{
-		{"name", d.str(&r.Name)},
-		{"schedule", d.str(&r.Schedule)},
-		{"timezone", d.str(&r.Timezone)},
-		{"type", d.str(&r.Type)},
-		{"args", func(n *yaml.Node, path string) error {
-			var b bytes.Buffer
-			if err := d.argsJSON(&b, n, path); err != nil {
-				return err
-			}
-			r.Args = b.Bytes()
-			return nil
-		}},
-		{"key", d.str(&r.Key)},
 	}
 }
 
@@ -726,7 +706,7 @@ func (d *decoder) policies(n *yaml.Node, path string, c *Config) error {
 	}
 	for _, e := range entries {
 		p := debounce.Policy{Type: e.key}
-		if err := d.fields(e.val, e.path, d.policyFields(&p)); err != nil {
+		if err := d.fields(e.val, e.path, d.tagged(&p)); err != nil {
 			return err
 		}
 		c.Policies = append(c.Policies, p)
@@ -746,7 +726,7 @@ func (d *decoder) cron(n *yaml.Node, path string, c *Config) error {
 		if isNull(item) {
 			return d.nodeErr(item, p, "an empty rule; give it name, schedule and type")
 		}
-		if err := d.fields(item, p, d.cronFields(&r)); err != nil {
+		if err := d.fields(item, p, d.tagged(&r)); err != nil {
 			return err
 		}
 		if r.Args == nil {
