@@ -108,3 +108,52 @@ func TestScriptStatuses(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptsNameTheirArguments: every script reads ARGV only in local
+// declarations at its top, before any code, so its body uses names, not
+// positions; and every ARGV[i] its header documents is the one it reads,
+// with none skipped.
+func TestScriptsNameTheirArguments(t *testing.T) {
+	files, err := filepath.Glob("scripts/*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	decl := regexp.MustCompile(`^local [a-z_]+(, [a-z_]+)* = .*ARGV\[`)
+	arg := regexp.MustCompile(`ARGV\[(\d+)\]`)
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		documented, read := map[string]bool{}, map[string]bool{}
+		code := false // past the declarations
+		for i, line := range strings.Split(string(src), "\n") {
+			if strings.HasPrefix(line, "--") {
+				for _, m := range arg.FindAllStringSubmatch(line, -1) {
+					documented[m[1]] = true
+				}
+				continue
+			}
+			ms := arg.FindAllStringSubmatch(line, -1)
+			switch {
+			case len(ms) > 0 && (code || !decl.MatchString(line)):
+				t.Errorf("%s:%d reads ARGV outside the declarations at the top: %s", f, i+1, line)
+			case len(ms) == 0 && strings.TrimSpace(line) != "" && !strings.HasPrefix(line, "local "):
+				code = true
+			}
+			for _, m := range ms {
+				read[m[1]] = true
+			}
+		}
+		for n := range documented {
+			if !read[n] {
+				t.Errorf("%s documents ARGV[%s] but never reads it", f, n)
+			}
+		}
+		for n := range read {
+			if !documented[n] {
+				t.Errorf("%s reads ARGV[%s], which its header does not document", f, n)
+			}
+		}
+	}
+}

@@ -8,7 +8,8 @@
 -- ARGV[1] -> how long the count is kept, ms
 -- Returns the starts, this one included; -1 when the job is done
 
+local keep_ms = ARGV[1]
 if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 local n = redis.call('HINCRBY', KEYS[1], 's', 1)
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], keep_ms)
 return n

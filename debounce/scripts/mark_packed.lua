@@ -7,11 +7,13 @@
 -- ARGV[2] -> the round's random bits
 -- Returns 1 marked (or already marked), 0 missing, -1 stale token
 
+local expiry = ARGV[1]
+local rnd = ARGV[2]
 local RND, PUB = 549755813888, 274877906944 -- 2^39, 2^38
 local raw = redis.call('GET', KEYS[1])
 if not raw then return 0 end
 local v = tonumber(raw)
-if redis.call('PEXPIRETIME', KEYS[1]) ~= tonumber(ARGV[1]) or math.floor(v / RND) ~= tonumber(ARGV[2]) then
+if redis.call('PEXPIRETIME', KEYS[1]) ~= tonumber(expiry) or math.floor(v / RND) ~= tonumber(rnd) then
   return -1
 end
 if math.floor(v / PUB) % 2 == 0 then redis.call('INCRBY', KEYS[1], PUB) end

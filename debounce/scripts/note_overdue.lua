@@ -10,14 +10,16 @@
 -- ARGV[3] -> the identity (JSON)
 -- Returns 1 written, 0 already there, -1 the key holds another round (or none)
 
+local expiry = tonumber(ARGV[1])
+local rnd = tonumber(ARGV[2])
+local identity = ARGV[3]
 local RND = 549755813888 -- 2^39
 local raw = redis.call('GET', KEYS[1])
 if not raw then return -1 end
-local expiry = tonumber(ARGV[1])
-if redis.call('PEXPIRETIME', KEYS[1]) ~= expiry or math.floor(tonumber(raw) / RND) ~= tonumber(ARGV[2]) then
+if redis.call('PEXPIRETIME', KEYS[1]) ~= expiry or math.floor(tonumber(raw) / RND) ~= rnd then
   return -1
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-redis.call('HSET', KEYS[2], 'j', ARGV[3], 'r', 0)
+redis.call('HSET', KEYS[2], 'j', identity, 'r', 0)
 redis.call('PEXPIREAT', KEYS[2], expiry)
 return 1

@@ -32,6 +32,7 @@ local JOINED, OPENED, LEADING, THROTTLED, EXTENDED = 0, 1, 2, 3, 4
 local CNT = 65536      -- 2^16
 local MAXCNT = 4194303 -- 22 bits
 local open_value, now, lifetime = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+local expiry = tonumber(ARGV[2]) -- reassigned for a trailing round
 local window_value, window_ms, trailing, trailing_ms = ARGV[5], ARGV[6], ARGV[7] == '1', ARGV[8]
 
 -- seen encodes ms >= 0 as a 16-bit float: exact below 4096, then 11 bits
@@ -76,7 +77,6 @@ end
 
 -- Inside a script nothing interleaves, so GET then SET is as atomic as SET
 -- NX, and the common case (the round exists: join it) costs no failed SET.
-local expiry = tonumber(ARGV[2]) -- reassigned for a trailing round
 if KEYS[2] then
   local wraw = redis.call('GET', KEYS[2])
   local window = tonumber(window_ms)

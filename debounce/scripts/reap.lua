@@ -9,17 +9,19 @@
 -- ARGV[2] -> hash layout: the event count the previous pass saw
 -- Returns 1 released, 0 changed meanwhile (or gone, or published)
 
+local seen_value = ARGV[1]
+local seen_events = ARGV[2]
 local PUB = 274877906944 -- 2^38
 local t = redis.call('TYPE', KEYS[1]).ok
 if t == 'string' then
   local v = redis.call('GET', KEYS[1])
-  if v == ARGV[1] and math.floor(tonumber(v) / PUB) % 2 == 0 then
+  if v == seen_value and math.floor(tonumber(v) / PUB) % 2 == 0 then
     redis.call('DEL', KEYS[1])
     return 1
   end
 elseif t == 'hash' then
   local f = redis.call('HMGET', KEYS[1], 't', 'n', 'p')
-  if f[1] == ARGV[1] and f[2] == ARGV[2] and f[3] == '0' then
+  if f[1] == seen_value and f[2] == seen_events and f[3] == '0' then
     redis.call('DEL', KEYS[1])
     return 1
   end

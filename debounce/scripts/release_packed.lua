@@ -37,6 +37,13 @@
 
 -- Statuses: one code per meaning in every script that closes a round
 -- (Go: the close* constants in scripts.go; TestScriptStatuses checks them).
+local expiry = ARGV[1]
+local rnd = ARGV[2]
+local op = ARGV[3]
+local taken_ttl = ARGV[4]
+local job_version = ARGV[5]
+local window_ms = ARGV[6]
+local window_value = ARGV[7]
 local STALE, MISSING, CLOSED, NOT_DUE, KEPT, SHARED, RETRY, SUPERSEDED, DONE = -1, 0, 1, 2, 3, 4, 5, 6, 7
 
 local RND, PUB, CNT = 549755813888, 274877906944, 65536 -- 2^39, 2^38, 2^16
@@ -45,17 +52,17 @@ local mine = false
 local v = 0
 if raw then
   v = tonumber(raw)
-  mine = redis.call('PEXPIRETIME', KEYS[1]) == tonumber(ARGV[1]) and math.floor(v / RND) == tonumber(ARGV[2])
+  mine = redis.call('PEXPIRETIME', KEYS[1]) == tonumber(expiry) and math.floor(v / RND) == tonumber(rnd)
 end
 if not mine then
-  if ARGV[3] == 'take' then
+  if op == 'take' then
     local kind = redis.call('TYPE', KEYS[2]).ok
     if kind == 'string' then -- taken by a version that kept no count
       return {RETRY, tonumber(redis.call('GET', KEYS[2])), 0}
     end
     if kind == 'hash' then
       local tv = redis.call('HGET', KEYS[2], 'tv')
-      if tv and tv ~= ARGV[5] then return {SUPERSEDED, 0} end
+      if tv and tv ~= job_version then return {SUPERSEDED, 0} end
       return {RETRY, tonumber(redis.call('HGET', KEYS[2], 'v')), redis.call('HINCRBY', KEYS[2], 's', 1)}
     end
     if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then return {DONE, 0} end
@@ -63,16 +70,16 @@ if not mine then
   if raw then return {STALE, v} end
   return {MISSING, 0}
 end
-if ARGV[3] == 'backout' then
+if op == 'backout' then
   if math.floor(v / PUB) % 2 == 1 then return {KEPT, v} end
   if math.floor(v / CNT) % 4194304 > 1 then return {SHARED, v} end
 end
 redis.call('DEL', KEYS[1])
 if KEYS[3] then redis.call('DEL', KEYS[3]) end
-if ARGV[3] == 'take' then
-  if KEYS[5] then redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[6]) end
-  redis.call('HSET', KEYS[2], 'v', raw, 's', 1, 'tv', ARGV[5])
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+if op == 'take' then
+  if KEYS[5] then redis.call('SET', KEYS[5], window_value, 'PX', window_ms) end
+  redis.call('HSET', KEYS[2], 'v', raw, 's', 1, 'tv', job_version)
+  redis.call('PEXPIRE', KEYS[2], taken_ttl)
   return {CLOSED, v, 1}
 end
 return {CLOSED, v, 0}

@@ -12,12 +12,15 @@
 -- Returns {1, version} publish with this version; {0} repaired meanwhile;
 --         {-1} the round is gone or another one (identity deleted)
 
+local expiry = ARGV[1]
+local rnd = ARGV[2]
+local seen_repairs = ARGV[3]
 local RND = 549755813888 -- 2^39
 local raw = redis.call('GET', KEYS[1])
-if not raw or redis.call('PEXPIRETIME', KEYS[1]) ~= tonumber(ARGV[1])
-    or math.floor(tonumber(raw) / RND) ~= tonumber(ARGV[2]) then
+if not raw or redis.call('PEXPIRETIME', KEYS[1]) ~= tonumber(expiry)
+    or math.floor(tonumber(raw) / RND) ~= tonumber(rnd) then
   redis.call('DEL', KEYS[2])
   return {-1}
 end
-if redis.call('HGET', KEYS[2], 'r') ~= ARGV[3] then return {0} end
+if redis.call('HGET', KEYS[2], 'r') ~= seen_repairs then return {0} end
 return {1, redis.call('HINCRBY', KEYS[2], 'r', 1)}

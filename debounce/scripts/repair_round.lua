@@ -9,7 +9,9 @@
 -- Returns {1, version} publish with this version; {0} changed meanwhile;
 --         {-1} the round is gone or another one
 
+local token = ARGV[1]
+local seen_version = ARGV[2]
 local f = redis.call('HMGET', KEYS[1], 't', 'p', 'v')
-if f[1] ~= ARGV[1] then return {-1} end
-if f[2] ~= '1' or f[3] ~= ARGV[2] then return {0} end
+if f[1] ~= token then return {-1} end
+if f[2] ~= '1' or f[3] ~= seen_version then return {0} end
 return {1, redis.call('HINCRBY', KEYS[1], 'v', 1)}

@@ -40,43 +40,51 @@
 
 -- Statuses: one code per meaning in every script that closes a round
 -- (Go: the close* constants in scripts.go; TestScriptStatuses checks them).
+local token = ARGV[1]
+local now = ARGV[2]
+local slack = ARGV[3]
+local op = ARGV[4]
+local taken_ttl = ARGV[5]
+local job_version = ARGV[6]
+local window_ms = ARGV[7]
+local window_value = ARGV[8]
 local STALE, MISSING, CLOSED, NOT_DUE, KEPT, SHARED, RETRY, SUPERSEDED, DONE = -1, 0, 1, 2, 3, 4, 5, 6, 7
 
 local key = KEYS[1]
 local t = redis.call('HGET', key, 't')
-if t ~= ARGV[1] then
-  if ARGV[4] == 'take' and redis.call('EXISTS', KEYS[2]) == 1 then
+if t ~= token then
+  if op == 'take' and redis.call('EXISTS', KEYS[2]) == 1 then
     local tv = redis.call('HGET', KEYS[2], 'tv')
-    if tv and tv ~= ARGV[6] then return {SUPERSEDED} end
+    if tv and tv ~= job_version then return {SUPERSEDED} end
     redis.call('HINCRBY', KEYS[2], 's', 1)
     local out = {RETRY}
     local all = redis.call('HGETALL', KEYS[2])
     for i = 1, #all do out[i + 1] = all[i] end
     return out
   end
-  if ARGV[4] == 'take' and KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
+  if op == 'take' and KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
     return {DONE}
   end
   if t then return {STALE} end
   return {MISSING}
 end
-if ARGV[4] == 'backout' then
+if op == 'backout' then
   local f = redis.call('HMGET', key, 'p', 'n')
   if f[1] == '1' then return {KEPT} end
   if tonumber(f[2]) > 1 then return {SHARED} end
 end
-if ARGV[4] == 'take' then
+if op == 'take' then
   local d = tonumber(redis.call('HGET', key, 'd'))
-  if d > tonumber(ARGV[2]) + tonumber(ARGV[3]) then
+  if d > tonumber(now) + tonumber(slack) then
     return {NOT_DUE, d, redis.call('HINCRBY', key, 'v', 1)}
   end
 end
 local all = redis.call('HGETALL', key)
-if ARGV[4] == 'take' then
-  if KEYS[4] then redis.call('SET', KEYS[4], ARGV[8], 'PX', ARGV[7]) end
+if op == 'take' then
+  if KEYS[4] then redis.call('SET', KEYS[4], window_value, 'PX', window_ms) end
   redis.call('RENAME', key, KEYS[2])
-  redis.call('HSET', KEYS[2], 's', 1, 'tv', ARGV[6])
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  redis.call('HSET', KEYS[2], 's', 1, 'tv', job_version)
+  redis.call('PEXPIRE', KEYS[2], taken_ttl)
 else
   redis.call('DEL', key)
 end
