@@ -12,6 +12,7 @@ import (
 // part of the public interface (see TestDocumentContract); a field is only
 // ever added.
 type Document struct {
+	V           int              `json:"v"` // DocumentVersion
 	Type        string           `json:"type"`
 	Args        json.RawMessage  `json:"args"`
 	Key         string           `json:"key"`             // the round key, 64 hex digits
@@ -27,10 +28,15 @@ type Document struct {
 	Summary     debounce.Summary `json:"summary"` // events, first_seen, last_seen, payload, items
 }
 
+// DocumentVersion is the Document's "v". It changes only if a field's
+// meaning does; fields are added under the same version, so a reader ignores
+// the ones it does not know.
+const DocumentVersion = 1
+
 // Document returns the job's Document.
 func (j *Job) Document() Document {
 	return Document{
-		Type: j.Type, Args: j.Args, Key: j.Key.String(), Fingerprint: j.Fingerprint.String(),
+		V: DocumentVersion, Type: j.Type, Args: j.Args, Key: j.Key.String(), Fingerprint: j.Fingerprint.String(),
 		Round: j.Token.String(), Mode: string(j.Mode), Payload: string(j.Payload),
 		OpenedAt: j.OpenedAt, DueAt: j.DueAt, TraceParent: j.TraceParent,
 		Attempt: j.Attempt, Release: string(j.Release), Summary: j.Summary,

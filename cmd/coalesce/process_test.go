@@ -83,7 +83,14 @@ func (s *syncBuffer) String() string {
 
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary(t), args...), out: &syncBuffer{}}
+	return startCmd(t, exec.Command(binary(t), args...))
+}
+
+// startCmd starts cmd (a coalesce or a foreign process) as a proc, killed
+// at the test's end.
+func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, out: &syncBuffer{}}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -308,7 +315,7 @@ func TestServeRefusals(t *testing.T) {
 		t.Errorf("no daemon: exit %d, stderr %q", code, stderr)
 	}
 	code, _, stderr = runBin(t, "", "work", "--type", "t")
-	if code != 2 || !strings.Contains(stderr, "--exec is required") {
+	if code != 2 || !strings.Contains(stderr, "--exec or --post is required") {
 		t.Errorf("work without exec: exit %d, stderr %q", code, stderr)
 	}
 	for _, c := range []string{"serve", "submit", "explain", "inspect", "cancel", "work", "dedupe-stream", "fingerprint"} {

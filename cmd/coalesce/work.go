@@ -38,13 +38,13 @@ func (s *stringList) Set(v string) error {
 // retry": the job is dead-lettered at once.
 const ExitPermanent = 100
 
-const workSynopsis = `work --type T [--type T2] --exec CMD [--config FILE] [--redis URL --nats URL]
+const workSynopsis = `work --type T [--type T2] (--exec CMD | --post URL) [--config FILE] [--redis URL --nats URL]
 
 A worker for any language: for each job of the types, it closes the job's
 round (so new events open the next round), then runs CMD with sh -c and the
-job as JSON on stdin:
+job as JSON on stdin, or POSTs the same JSON to URL:
 
-  {"type":"recompute_financials","args":{...},"key":"<64 hex>","fingerprint":"<64 hex>",
+  {"v":1,"type":"recompute_financials","args":{...},"key":"<64 hex>","fingerprint":"<64 hex>",
    "round":"<16 hex>","attempt":1,"release":"released",
    "summary":{"events":57,"first_seen":"...","last_seen":"...","payload":{...},"items":[...]}}
 
@@ -52,6 +52,13 @@ Exit status 0 acknowledges the job; any other retries it with backoff, and
 after --max-deliver deliveries it goes to the dead-letter subject; exit status
 100 dead-letters it at once. CMD's output goes to this command's stdout and stderr.
 Environment for CMD: COALESCE_JOB_TYPE, COALESCE_ROUND_KEY, COALESCE_ATTEMPT.
+
+With --post, a 2xx answer acknowledges; 408, 429, 5xx, no answer or a timeout
+(--post-timeout) retries with backoff; any other status dead-letters at once.
+Headers: Coalesce-Job-Type, Coalesce-Round, Coalesce-Round-Key,
+Coalesce-Attempt, Coalesce-Release, Idempotency-Key, traceparent; with
+COALESCE_POST_TOKEN set, Authorization: Bearer <it>; with COALESCE_POST_SECRET,
+Coalesce-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">.
 
 With no servers configured it connects to a local ` + "`coalesce serve`" + `'s
 development servers (127.0.0.1:6379 and 127.0.0.1:4222). Give it the same
@@ -64,6 +71,8 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	var types stringList
 	fs.Var(&types, "type", "job type to run (repeat, or comma-separated)")
 	execCmd := fs.String("exec", "", "command run per job (sh -c), job JSON on stdin")
+	postURL := fs.String("post", "", "URL each job's JSON is POSTed to (instead of --exec)")
+	postTimeout := fs.Duration("post-timeout", worker.DefaultPushTimeout, "longest a --post request may take")
 	concurrency := fs.Int("concurrency", 0, "jobs run at once (default from the file, else 4)")
 	maxDeliver := fs.Int("max-deliver", 0, "attempts before dead-lettering (default from the file, else 5)")
 	ackWait := fs.Duration("ack-wait", 0, "redelivery after silence; progress is reported while CMD runs (default 30s)")
@@ -76,12 +85,24 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if len(types) == 0 {
 		return usagef("--type is required")
 	}
-	if *execCmd == "" {
-		return usagef("--exec is required")
+	switch {
+	case *execCmd == "" && *postURL == "":
+		return usagef("--exec or --post is required")
+	case *execCmd != "" && *postURL != "":
+		return usagef("--exec and --post are both set; a worker runs jobs one way")
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
 		return err
+	}
+	var onPush func(jobType, result string) // the metrics', once they exist
+	handler := execHandler(*execCmd, stdout, stderr)
+	if *postURL != "" {
+		if handler, err = worker.Push(worker.PushConfig{URL: *postURL, Timeout: *postTimeout,
+			Result: func(t, r string) { onPush(t, r) },
+			Token:  os.Getenv("COALESCE_POST_TOKEN"), Secret: []byte(os.Getenv("COALESCE_POST_SECRET"))}); err != nil {
+			return usagef("--post: %v", err)
+		}
 	}
 	cfg, err := sf.load()
 	if err != nil {
@@ -89,6 +110,7 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	}
 	localDaemonServers(cfg)
 	m := daemon.NewMetrics(append(cfg.Types(), types...)...)
+	onPush = m.OnPush
 	conns, err := daemon.Connect(ctx, cfg, log, m, false)
 	if err != nil {
 		return err
@@ -123,8 +145,12 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		defer srv.Close()
 		log.Info("metrics", "addr", ln.Addr().String())
 	}
-	log.Info("working", "types", types.String(), "exec", *execCmd)
-	return w.Run(ctx, execHandler(*execCmd, stdout, stderr))
+	if *postURL != "" {
+		log.Info("working", "types", types.String(), "post", *postURL)
+	} else {
+		log.Info("working", "types", types.String(), "exec", *execCmd)
+	}
+	return w.Run(ctx, handler)
 }
 
 // execHandler runs cmd for each job, its output on ours.

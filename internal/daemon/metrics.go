@@ -30,6 +30,7 @@ type Metrics struct {
 	http          *prometheus.CounterVec
 	reaper        *prometheus.CounterVec
 	mismatch      *prometheus.CounterVec
+	push          *prometheus.CounterVec
 
 	types map[string]bool // the job types a label may name
 }
@@ -81,7 +82,9 @@ func NewMetrics(types ...string) *Metrics {
 		Help: "Reaper actions: candidate (seen unpublished), released (unpublished and unchanged, no message), marked (unpublished, but its message was there), overdue (past due and not taken), lookup (looked up in the stream), missing (message not found), repaired (job published again), error (a pass failed)."}, []string{"action"})
 	m.mismatch = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_layout_mismatch_total",
 		Help: "Events that met a pending round of the other layout (the policy's payload changed with rounds pending) and joined it, by job type."}, []string{"type"})
-	for _, c := range []prometheus.Collector{m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
+	m.push = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_push_total",
+		Help: "Jobs pushed to an HTTP handler (coalesce work --post), by job type and answer (2xx, 3xx, 4xx, 408, 429, 5xx, error: none)."}, []string{"type", "result"})
+	for _, c := range []prometheus.Collector{m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
 		m.roundEvents, m.roundAge, m.jobs, m.guard, m.ingest, m.cron, m.http,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})} {
 		f(c)
@@ -132,6 +135,11 @@ func (m *Metrics) OnPublish(info publisher.PublishInfo) {
 		kind = "schedule"
 	}
 	m.publishes.WithLabelValues(m.typ(info.JobType), kind).Inc()
+}
+
+// OnPush counts one push request's answer (worker.PushConfig.Result).
+func (m *Metrics) OnPush(jobType, result string) {
+	m.push.WithLabelValues(m.typ(jobType), result).Inc()
 }
 
 // WorkerHooks feed the job, round and guard series.
