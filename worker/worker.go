@@ -223,11 +223,27 @@ func (w *Worker) Consumer(ctx context.Context, jobType string) (jetstream.Consum
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		Description:    "coalesce worker for " + jobType,
 	})
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsConsumerNotUnique || apiErr.ErrorCode == jsMultipleUnfiltered) {
+		return nil, fmt.Errorf("%w: %s on stream %s: %w: another consumer already takes these jobs (%s). "+
+			"The stream is a work queue: each subject has one consumer, which many processes may share. "+
+			"A worker in another language (docs/worker-protocol.md) should pull from consumer %q with these filters, "+
+			"or the other consumer be deleted (nats consumer rm %s <name>)",
+			ErrConsumer, jobType, w.cfg.Stream, err, strings.Join(w.cfg.Subjects.Consumer(jobType), ", "),
+			ConsumerName(w.cfg.Durable, jobType), w.cfg.Stream)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s on stream %s: %w", ErrConsumer, jobType, w.cfg.Stream, err)
 	}
 	return cons, nil
 }
+
+// JetStream's error codes for a consumer whose subjects another consumer of
+// a work-queue stream already takes.
+const (
+	jsConsumerNotUnique  jetstream.ErrorCode = 10100
+	jsMultipleUnfiltered jetstream.ErrorCode = 10099
+)
 
 // Run consumes jobs until ctx ends, then stops taking new ones and waits up
 // to ShutdownTimeout for the running ones (whose context ends after that).
@@ -367,11 +383,6 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// maxDeliveries bounds deliveries whatever the attempts: a job whose round
-// counts its attempts may be delivered more often than MaxDeliver when
-// workers die with it unstarted, but not without end.
-func (w *Worker) maxDeliveries() int { return max(10*w.cfg.MaxDeliver, 50) }
-
 func (w *Worker) backoff(attempt int) time.Duration {
 	i := min(attempt-1, len(w.cfg.Backoff)-1)
 	return w.cfg.Backoff[max(i, 0)]
@@ -436,7 +447,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 			log.WarnContext(ctx, "worker: could not release the run-once claim; it expires on its own", "err", err)
 		}
 	}
-	rel, err := w.cfg.Coalescer.Start(ctx, job.Job)
+	started, err := StartDelivery(ctx, w.cfg.Coalescer, w.cfg.Publisher, job, w.cfg.MaxDeliver, w.backoff(job.Attempt))
 	if err != nil {
 		// Running without closing the round would strand the events that
 		// join it meanwhile: wait for Redis instead.
@@ -445,45 +456,27 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		_ = msg.NakWithDelay(w.backoff(job.Attempt))
 		return JobReleaseFailed
 	}
-	if rel.Result == debounce.ReleaseNotDue {
-		// An extended round fired before its new due time: it is not an
-		// attempt, whatever the delivery count, and is never dead-lettered
-		// (that would strand the round). Publish it again for its due time;
-		// if that fails, this delivery comes back and Start hands out the
-		// next version.
+	switch started.Action {
+	case StartRetry:
 		dropClaim()
-		return w.reschedule(ctx, msg, job, rel, log)
-	}
-	if rel.Result == debounce.ReleaseSuperseded || rel.Result == debounce.ReleaseDone {
-		// Another message of the round took it (another version), or its
-		// job already finished: running this one would run the round twice.
+		log.WarnContext(ctx, "worker: the job waits", "reason", started.Reason, "retry_in", started.Delay)
+		_ = msg.NakWithDelay(started.Delay)
+		return JobRetry
+	case StartAck:
 		dropClaim()
-		log.InfoContext(ctx, "worker: the round's job ran (or runs) from another message; this one is acknowledged without running", "release", string(rel.Result))
+		if started.Result != JobRescheduled {
+			log.InfoContext(ctx, "worker: the round's job ran (or runs) from another message; this one is acknowledged without running", "release", string(started.Result))
+		}
 		_ = msg.Ack()
-		return JobResult(rel.Result)
-	}
-	job.Release, job.Summary = rel.Result, rel.Summary
-	if deliveries > w.maxDeliveries() {
-		// A backstop for jobs whose attempts nothing else counts.
+		return started.Result
+	case StartDead:
 		dropClaim()
-		w.final(ctx, msg, job, fmt.Errorf("delivered %d times without finishing", deliveries-1), log)
+		w.final(ctx, msg, job, errors.New(started.Reason), log.With("attempt", job.Attempt))
 		return JobDead
-	}
-	if rel.Starts > 0 {
-		// The round counts the deliveries that reached it: one that died
-		// before (in a killed worker's prefetch buffer, or that waited out
-		// its ack wait there) never ran the handler and is no attempt.
-		job.Attempt = rel.Starts
 	}
 	log = log.With("attempt", job.Attempt)
-	if job.Attempt > w.cfg.MaxDeliver {
-		// Attempts that never finished (the worker died mid-job) count too.
-		dropClaim()
-		w.final(ctx, msg, job, fmt.Errorf("started %d times without finishing", job.Attempt-1), log)
-		return JobDead
-	}
-	if w.cfg.Hooks.RoundAge != nil && rel.Result == debounce.ReleaseReleased {
-		w.cfg.Hooks.RoundAge(job.Type, w.now().Sub(job.OpenedAt), rel.Summary.Events)
+	if w.cfg.Hooks.RoundAge != nil && job.Release == debounce.ReleaseReleased {
+		w.cfg.Hooks.RoundAge(job.Type, w.now().Sub(job.OpenedAt), job.Summary.Events)
 	}
 
 	err = w.handle(ctx, msg, job, h, g, cl)
@@ -520,25 +513,6 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 	log.InfoContext(ctx, "worker: job failed; retrying", "err", err, "retry_in", w.backoff(job.Attempt))
 	_ = msg.NakWithDelay(w.backoff(job.Attempt))
 	return JobRetry
-}
-
-// reschedule publishes a not-due round again for its due time and acks the
-// delivery; on failure the delivery is redelivered after a backoff.
-func (w *Worker) reschedule(ctx context.Context, msg jetstream.Msg, job *Job, rel debounce.Release, log *slog.Logger) JobResult {
-	next := job.Job
-	next.DueAt, next.Version = rel.DueAt, rel.Version
-	if w.cfg.Publisher == nil {
-		log.ErrorContext(ctx, "worker: extended round not due and no Publisher to reschedule it")
-		_ = msg.NakWithDelay(time.Until(rel.DueAt))
-		return JobRetry
-	}
-	if err := w.cfg.Publisher.Publish(ctx, next); err != nil {
-		log.WarnContext(ctx, "worker: rescheduling an extended round failed; retrying", "err", err)
-		_ = msg.NakWithDelay(w.backoff(job.Attempt))
-		return JobRetry
-	}
-	_ = msg.Ack()
-	return JobRescheduled
 }
 
 // handle runs the handler, telling the server the job is in progress (and
