@@ -128,10 +128,23 @@ func DecodeJob(h nats.Header, data []byte) (debounce.Job, error) {
 	return job, nil
 }
 
+// A DecodeError says which header of a job message is missing or
+// malformed; it is ErrDecode (errors.Is).
+type DecodeError struct {
+	Header string // the header's name, as HeaderType ...
+	Msg    string // "is missing", "... is malformed: want ..."
+}
+
+func (e *DecodeError) Error() string {
+	return ErrDecode.Error() + ": header " + e.Header + " " + e.Msg
+}
+
+func (e *DecodeError) Unwrap() error { return ErrDecode }
+
 func required(h nats.Header, name string) (string, error) {
 	v := h.Get(name)
 	if v == "" {
-		return "", fmt.Errorf("%w: header %s is missing", ErrDecode, name)
+		return "", &DecodeError{Header: name, Msg: "is missing"}
 	}
 	return v, nil
 }
@@ -140,7 +153,7 @@ func malformed(name, value, want string) error {
 	if len(value) > 80 {
 		value = value[:80] + "..."
 	}
-	return fmt.Errorf("%w: header %s %q is malformed: %s", ErrDecode, name, value, want)
+	return &DecodeError{Header: name, Msg: fmt.Sprintf("%q is malformed: %s", value, want)}
 }
 
 // unixMilli reads a unix-milliseconds header as a UTC time; absent is the
@@ -149,7 +162,7 @@ func unixMilli(h nats.Header, name string, req bool) (time.Time, error) {
 	v := h.Get(name)
 	if v == "" {
 		if req {
-			return time.Time{}, fmt.Errorf("%w: header %s is missing", ErrDecode, name)
+			return time.Time{}, &DecodeError{Header: name, Msg: "is missing"}
 		}
 		return time.Time{}, nil
 	}

@@ -309,7 +309,12 @@ func Run(ctx context.Context, o Options) error {
 		checks["stream"] = err
 		return checks
 	}
-	api := NewAPI(APIConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, Ready: ready, Tokens: cfg.HTTP.Tokens,
+	proto := NewProtocol(ProtocolConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, MaxDeliver: cfg.Worker.MaxDeliver, Metrics: m, Logger: log})
+	if err := proto.Subscribe(c.NATS, c.Publisher.Subjects().Prefix); err != nil {
+		return err
+	}
+	defer proto.Stop()
+	api := NewAPI(APIConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, Protocol: proto, Ready: ready, Tokens: cfg.HTTP.Tokens,
 		BodyLimit: cfg.HTTP.BodyLimit, Metrics: m, PublicMetrics: cfg.HTTP.PublicMetrics, Logger: log,
 		WriteTimeout: cfg.HTTP.WriteTimeout, ReadTimeout: cfg.HTTP.ReadTimeout})
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
@@ -362,6 +367,7 @@ func Run(ctx context.Context, o Options) error {
 	go reap(reapCtx, c.Coalescer, every, o.RepairAfter, m, log)
 	addr := ln.Addr().String()
 	log.Info("serving", "http", addr, "events_subject", c.Publisher.Subjects().Prefix+".events.<type>",
+		"worker_protocol", StartSubject(c.Publisher.Subjects().Prefix)+", "+FinishSubject(c.Publisher.Subjects().Prefix),
 		"durable_ingest", cfg.NATS.Ingest.Durable, "cron_rules", len(rules))
 	if o.Started != nil {
 		o.Started(addr)

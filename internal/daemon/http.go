@@ -44,6 +44,7 @@ const BatchMaxLines = 50_000
 type APIConfig struct {
 	Coalescer *debounce.Coalescer  // required
 	Publisher *publisher.Publisher // cancel purges the round's schedule; nil skips that
+	Protocol  *Protocol            // serves /v1/jobs/start and /v1/jobs/finish; nil: not served
 	Ready     func(ctx context.Context) map[string]error
 	Tokens    []string // bearer tokens; empty: no authentication
 	BodyLimit int64    // DefaultBodyLimit
@@ -149,6 +150,10 @@ func (a *API) Handler() http.Handler {
 	route("/v1/explain", "explain", []string{http.MethodPost}, a.postExplain, true)
 	route("/v1/rounds/{type}/{key}", "rounds", []string{http.MethodGet, http.MethodDelete}, a.round, true)
 	route("/v1/policies", "policies", []string{http.MethodGet}, a.getPolicies, true)
+	if p := a.cfg.Protocol; p != nil {
+		route("/v1/jobs/start", "jobs_start", []string{http.MethodPost}, p.httpStart(a), true)
+		route("/v1/jobs/finish", "jobs_finish", []string{http.MethodPost}, p.httpFinish(a), true)
+	}
 	route("/healthz", "healthz", []string{http.MethodGet, http.MethodHead}, func(w http.ResponseWriter, _ *http.Request) *apiError {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil

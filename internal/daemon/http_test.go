@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/debounce"
@@ -42,6 +44,7 @@ type apiFixture struct {
 	srv   *httptest.Server
 	co    *debounce.Coalescer
 	pub   *publisher.Publisher
+	nc    *nats.Conn
 	redis *testenv.RedisServer
 }
 
@@ -57,7 +60,8 @@ func newAPIWith(t *testing.T, mut func(*daemon.APIConfig), tokens ...string) *ap
 	f := &apiFixture{redis: testenv.NewRedis(t)}
 	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr, DisableIdentity: true, MaxRetries: -1, DialTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
-	_, js := testenv.NATS(t).Connect(t)
+	var js jetstream.JetStream
+	f.nc, js = testenv.NATS(t).Connect(t)
 	var err error
 	if f.pub, err = publisher.New(context.Background(), js, nil); err != nil {
 		t.Fatal(err)

@@ -31,6 +31,7 @@ type Metrics struct {
 	reaper        *prometheus.CounterVec
 	mismatch      *prometheus.CounterVec
 	push          *prometheus.CounterVec
+	protocol      *prometheus.CounterVec
 
 	types map[string]bool // the job types a label may name
 }
@@ -84,7 +85,9 @@ func NewMetrics(types ...string) *Metrics {
 		Help: "Events that met a pending round of the other layout (the policy's payload changed with rounds pending) and joined it, by job type."}, []string{"type"})
 	m.push = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_push_total",
 		Help: "Jobs pushed to an HTTP handler (coalesce work --post), by job type and answer (2xx, 3xx, 4xx, 408, 429, 5xx, error: none)."}, []string{"type", "result"})
-	for _, c := range []prometheus.Collector{m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
+	m.protocol = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_protocol_total",
+		Help: "Worker protocol operations, by job type and result (start_run, start_ack, start_retry, start_dead, finish_ok, finish_failed, finish_dead)."}, []string{"type", "result"})
+	for _, c := range []prometheus.Collector{m.protocol, m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
 		m.roundEvents, m.roundAge, m.jobs, m.guard, m.ingest, m.cron, m.http,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})} {
 		f(c)

@@ -1,0 +1,311 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/publisher"
+	"github.com/coalesce-io/coalesce/worker"
+)
+
+// The worker protocol (docs/worker-protocol.md) lets a worker in any
+// language run coalesce jobs with its own NATS client: it consumes the job
+// stream itself and asks the daemon to start and finish each job. Both
+// operations take the job message as it arrived — its headers and its body
+// — over HTTP (POST /v1/jobs/start, POST /v1/jobs/finish, with the message's
+// headers as request headers) or NATS request/reply (<prefix>.worker.start,
+// <prefix>.worker.finish, queue group "coalesce", the message's headers and
+// body as the request's).
+//
+// Request headers besides the job message's:
+//
+//	Coalesce-Delivered    start: the delivery's count from JetStream (1 for
+//	                      the first); default 1
+//	Coalesce-Max-Deliver  start: attempts before the job is dead; default the
+//	                      daemon's worker.max_deliver, else 5
+//	Coalesce-Result       finish: ok (the handler succeeded), failed (it
+//	                      failed and will be retried) or dead (it will not
+//	                      run again)
+const (
+	HeaderDelivered  = "Coalesce-Delivered"
+	HeaderMaxDeliver = "Coalesce-Max-Deliver"
+	HeaderResult     = "Coalesce-Result"
+)
+
+// ProtocolConfig configures the worker protocol.
+type ProtocolConfig struct {
+	Coalescer  *debounce.Coalescer
+	Publisher  *publisher.Publisher // republishes an extended round not due yet
+	MaxDeliver int                  // worker.DefaultMaxDeliver when 0
+	Metrics    *Metrics
+	Logger     *slog.Logger
+}
+
+// Protocol answers start and finish.
+type Protocol struct {
+	cfg  ProtocolConfig
+	log  *slog.Logger
+	subs []*nats.Subscription
+	wg   sync.WaitGroup
+}
+
+// NewProtocol returns the protocol's operations; Subscribe serves them over
+// NATS, APIConfig.Protocol over HTTP.
+func NewProtocol(cfg ProtocolConfig) *Protocol {
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = worker.DefaultMaxDeliver
+	}
+	p := &Protocol{cfg: cfg, log: cfg.Logger}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	return p
+}
+
+// StartAnswer is start's answer.
+type StartAnswer struct {
+	// Action: run (run the handler, then finish), ack (ack the message
+	// without running), retry (nak it, delayed by retry_in_ms; no attempt),
+	// dead (publish it to the dead-letter subject, then term it; the round
+	// is finished already).
+	Action    string           `json:"action"`
+	Result    string           `json:"result,omitempty"`      // ack: rescheduled, superseded, done
+	RetryInMs int64            `json:"retry_in_ms,omitempty"` // retry
+	Reason    string           `json:"reason,omitempty"`      // retry, dead
+	DeadTo    string           `json:"dead_letter_subject,omitempty"`
+	Job       *worker.Document `json:"job,omitempty"` // run, dead: the job document, summary and attempt included
+}
+
+// FinishAnswer is finish's answer.
+type FinishAnswer struct {
+	Release string `json:"release"` // what finishing the round did (released, skipped, ...)
+}
+
+// protocolHeaders maps the canonical form of each header the protocol reads
+// to its name in a job message, so that a header that went through HTTP
+// (canonicalised: Coalesce-Ttl, Traceparent) or a client that changes case
+// is read as sent.
+var protocolHeaders = func() map[string]string {
+	m := map[string]string{}
+	for _, h := range []string{publisher.HeaderType, publisher.HeaderKey, publisher.HeaderFingerprint, publisher.HeaderRound,
+		publisher.HeaderMode, publisher.HeaderPayload, publisher.HeaderOpenedAt, publisher.HeaderDueAt, publisher.HeaderTTL,
+		publisher.HeaderVersion, publisher.HeaderTraceParent, HeaderDelivered, HeaderMaxDeliver, HeaderResult} {
+		m[textproto.CanonicalMIMEHeaderKey(h)] = h
+	}
+	return m
+}()
+
+// jobHeaders keeps the headers the protocol reads, under their job-message
+// names.
+func jobHeaders(in map[string][]string) nats.Header {
+	out := nats.Header{}
+	for k, vs := range in {
+		if name, ok := protocolHeaders[textproto.CanonicalMIMEHeaderKey(k)]; ok && len(vs) > 0 {
+			out[name] = vs[:1]
+		}
+	}
+	return out
+}
+
+// job decodes the job message a request carries.
+func (p *Protocol) job(h nats.Header, body []byte) (*worker.Job, *apiError) {
+	dj, err := publisher.DecodeJob(h, body)
+	if err != nil {
+		return nil, errf(http.StatusBadRequest, "invalid_job", headerIn(err), "%v: send the job message's headers and body as they came", err)
+	}
+	if _, ok := p.cfg.Coalescer.Policy(dj.Type); !ok {
+		return nil, errf(http.StatusNotFound, "no_policy", "Coalesce-Type", "job type %q has no policy here: the daemon that starts a job needs its policy", dj.Type)
+	}
+	return &worker.Job{Job: dj, Attempt: 1}, nil
+}
+
+// headerIn names the header a DecodeJob error is about.
+func headerIn(err error) string {
+	var de *publisher.DecodeError
+	if errors.As(err, &de) {
+		return de.Header
+	}
+	return ""
+}
+
+// positive reads a header holding an integer >= 1, def when absent.
+func positive(h nats.Header, name string, def int) (int, *apiError) {
+	v := h.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, errf(http.StatusBadRequest, "invalid_header", name, "header %s %q: want a whole number >= 1", name, v)
+	}
+	return n, nil
+}
+
+// Start closes the job's round at start, as every coalesce worker does, and
+// says what the delivery must do.
+func (p *Protocol) Start(ctx context.Context, h nats.Header, body []byte) (StartAnswer, *apiError) {
+	job, e := p.job(h, body)
+	if e != nil {
+		return StartAnswer{}, e
+	}
+	if job.Attempt, e = positive(h, HeaderDelivered, 1); e != nil {
+		return StartAnswer{}, e
+	}
+	maxDeliver, e := positive(h, HeaderMaxDeliver, p.cfg.MaxDeliver)
+	if e != nil {
+		return StartAnswer{}, e
+	}
+	retryIn := worker.DefaultBackoff[min(job.Attempt, len(worker.DefaultBackoff))-1]
+	var pub debounce.Publisher
+	if p.cfg.Publisher != nil {
+		pub = p.cfg.Publisher
+	}
+	s, err := worker.StartDelivery(ctx, p.cfg.Coalescer, pub, job, maxDeliver, retryIn)
+	if err != nil {
+		return StartAnswer{}, errf(http.StatusServiceUnavailable, "store_unavailable", "", "the round could not be closed: %v; do not run the job: retry the delivery later", err)
+	}
+	a := StartAnswer{Action: string(s.Action), Reason: s.Reason}
+	switch s.Action {
+	case worker.StartAck:
+		a.Result = string(s.Result)
+	case worker.StartRetry:
+		a.RetryInMs = max(s.Delay.Milliseconds(), 0)
+	case worker.StartDead:
+		if _, err := p.cfg.Coalescer.Finish(ctx, job.Job, false, true); err != nil {
+			p.log.Warn("protocol: finishing a dead job's round failed; it ends with its TTL", "type", job.Type, "err", err)
+		}
+		if p.cfg.Publisher != nil {
+			a.DeadTo = p.cfg.Publisher.Subjects().Dead(job.Type)
+		}
+		fallthrough
+	case worker.StartRun:
+		d := job.Document()
+		a.Job = &d
+	}
+	p.count(job.Type, "start_"+a.Action)
+	return a, nil
+}
+
+// Finish finishes the job's round after its handler: ok, failed (retried:
+// nothing changes) or dead.
+func (p *Protocol) Finish(ctx context.Context, h nats.Header, body []byte) (FinishAnswer, *apiError) {
+	job, e := p.job(h, body)
+	if e != nil {
+		return FinishAnswer{}, e
+	}
+	var ok, final bool
+	switch r := h.Get(HeaderResult); r {
+	case "ok":
+		ok = true
+	case "failed":
+	case "dead":
+		final = true
+	default:
+		return FinishAnswer{}, errf(http.StatusBadRequest, "invalid_header", HeaderResult, "header %s %q: want ok, failed or dead", HeaderResult, r)
+	}
+	rel, err := p.cfg.Coalescer.Finish(ctx, job.Job, ok, final)
+	if err != nil {
+		return FinishAnswer{}, errf(http.StatusServiceUnavailable, "store_unavailable", "", "the round could not be finished: %v; retry", err)
+	}
+	p.count(job.Type, "finish_"+h.Get(HeaderResult))
+	return FinishAnswer{Release: string(rel.Result)}, nil
+}
+
+func (p *Protocol) count(jobType, result string) {
+	if p.cfg.Metrics != nil {
+		p.cfg.Metrics.protocol.WithLabelValues(p.cfg.Metrics.typ(jobType), result).Inc()
+	}
+}
+
+// StartSubject and FinishSubject are the protocol's NATS subjects.
+func StartSubject(prefix string) string  { return prefix + ".worker.start" }
+func FinishSubject(prefix string) string { return prefix + ".worker.finish" }
+
+// Subscribe answers start and finish requests on nc (queue group
+// "coalesce", so replicas share them) until Stop.
+func (p *Protocol) Subscribe(nc *nats.Conn, prefix string) error {
+	for subject, op := range map[string]func(context.Context, nats.Header, []byte) ([]byte, *apiError){
+		StartSubject(prefix): func(ctx context.Context, h nats.Header, b []byte) ([]byte, *apiError) {
+			a, e := p.Start(ctx, h, b)
+			return marshal(a), e
+		},
+		FinishSubject(prefix): func(ctx context.Context, h nats.Header, b []byte) ([]byte, *apiError) {
+			a, e := p.Finish(ctx, h, b)
+			return marshal(a), e
+		},
+	} {
+		sub, err := nc.QueueSubscribe(subject, "coalesce", func(m *nats.Msg) {
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				out, e := op(ctx, jobHeaders(m.Header), m.Data)
+				if e != nil {
+					out = marshal(errorBody{e})
+				}
+				if m.Reply != "" {
+					if err := m.Respond(out); err != nil {
+						p.log.Warn("protocol: reply failed", "subject", m.Subject, "err", err)
+					}
+				}
+			}()
+		})
+		if err != nil {
+			p.Stop()
+			return fmt.Errorf("protocol: subscribe %s: %w", subject, err)
+		}
+		p.subs = append(p.subs, sub)
+	}
+	return nil
+}
+
+// Stop stops answering and waits for the answers under way.
+func (p *Protocol) Stop() {
+	for _, s := range p.subs {
+		_ = s.Drain()
+	}
+	p.wg.Wait()
+}
+
+// httpStart and httpFinish serve the operations over HTTP: the job
+// message's headers as the request's, its body as the request's.
+func (p *Protocol) httpStart(a *API) func(http.ResponseWriter, *http.Request) *apiError {
+	return func(w http.ResponseWriter, r *http.Request) *apiError {
+		body, e := a.readBody(w, r)
+		if e != nil {
+			return e
+		}
+		ans, e := p.Start(r.Context(), jobHeaders(r.Header), body)
+		if e != nil {
+			return e
+		}
+		writeJSON(w, http.StatusOK, ans)
+		return nil
+	}
+}
+
+func (p *Protocol) httpFinish(a *API) func(http.ResponseWriter, *http.Request) *apiError {
+	return func(w http.ResponseWriter, r *http.Request) *apiError {
+		body, e := a.readBody(w, r)
+		if e != nil {
+			return e
+		}
+		ans, e := p.Finish(r.Context(), jobHeaders(r.Header), body)
+		if e != nil {
+			return e
+		}
+		writeJSON(w, http.StatusOK, ans)
+		return nil
+	}
+}

@@ -1,0 +1,106 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/daemon"
+)
+
+// TestProtocolOverHTTP: the worker protocol's start and finish over HTTP,
+// with a job message's headers sent as HTTP headers (so canonicalised:
+// Coalesce-Ttl, Traceparent). Start runs the job with its summary; a
+// redelivery's start runs it again as a retry with the same summary; finish
+// ends it, after which a start acks without running; bad requests name the
+// header.
+func TestProtocolOverHTTP(t *testing.T) {
+	t.Parallel()
+	f := newAPIWith(t, func(c *daemon.APIConfig) {
+		c.Protocol = daemon.NewProtocol(daemon.ProtocolConfig{Coalescer: c.Coalescer, Publisher: c.Publisher})
+	})
+	args := fmt.Sprintf(`{"p":"%d"}`, time.Now().UnixNano())
+	key, err := f.co.RoundKeyOf(debounce.Event{Type: "notify", Args: json.RawMessage(args)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := f.nc.SubscribeSync("co.run.notify." + key.String() + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out := f.do(t, http.MethodPost, "/v1/events", `{"type":"notify","args":`+args+`,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`); code != 200 {
+		t.Fatalf("submit: %d %s", code, out)
+	}
+	msg, err := jobs.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("no job message: %v", err)
+	}
+	headers := func(extra ...string) []string {
+		var h []string
+		for k, vs := range msg.Header {
+			if !strings.HasPrefix(k, "Nats-") {
+				h = append(h, k, vs[0])
+			}
+		}
+		return append(h, extra...)
+	}
+	start := func(delivered string) daemon.StartAnswer {
+		t.Helper()
+		code, out := f.do(t, http.MethodPost, "/v1/jobs/start", string(msg.Data), headers("Coalesce-Delivered", delivered)...)
+		if code != 200 {
+			t.Fatalf("start: %d %s", code, out)
+		}
+		var a daemon.StartAnswer
+		if err := json.Unmarshal(out, &a); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := start("1")
+	if a.Action != "run" || a.Job == nil || a.Job.Release != "released" || a.Job.Summary.Events != 1 || a.Job.Attempt != 1 ||
+		string(a.Job.Args) != args || a.Job.TraceParent == "" || a.Job.V != 1 {
+		t.Fatalf("start: %+v (job %+v)", a, a.Job)
+	}
+	// A redelivery (the worker died before finishing): run again, attempt 2.
+	if r := start("2"); r.Action != "run" || r.Job.Release != "retry" || r.Job.Attempt != 2 || r.Job.Summary.Events != 1 {
+		t.Fatalf("redelivered start: %+v (job %+v)", r, r.Job)
+	}
+	code, out := f.do(t, http.MethodPost, "/v1/jobs/finish", string(msg.Data), headers("Coalesce-Result", "ok")...)
+	if code != 200 || !strings.Contains(string(out), `"release"`) {
+		t.Fatalf("finish: %d %s", code, out)
+	}
+	// Delivered once more after it finished (an ack lost): not run again.
+	if r := start("3"); r.Action != "ack" || r.Result != "done" || r.Job != nil {
+		t.Errorf("start after finish: %+v, want ack (done)", r)
+	}
+
+	for _, c := range []struct {
+		path, drop, header, value, code, field string
+	}{
+		{"/v1/jobs/start", "Coalesce-Key", "", "", "invalid_job", "Coalesce-Key"},
+		{"/v1/jobs/start", "", "Coalesce-Delivered", "0", "invalid_header", "Coalesce-Delivered"},
+		{"/v1/jobs/start", "", "Coalesce-Type", "nope", "no_policy", "Coalesce-Type"},
+		{"/v1/jobs/finish", "", "Coalesce-Result", "maybe", "invalid_header", "Coalesce-Result"},
+		{"/v1/jobs/finish", "Coalesce-Version", "Coalesce-Result", "ok", "invalid_job", "Coalesce-Version"},
+	} {
+		var h []string
+		for k, vs := range msg.Header {
+			if k != c.drop && k != c.header && !strings.HasPrefix(k, "Nats-") {
+				h = append(h, k, vs[0])
+			}
+		}
+		if c.header != "" {
+			h = append(h, c.header, c.value)
+		}
+		code, out := f.do(t, http.MethodPost, c.path, string(msg.Data), h...)
+		var e errBody
+		_ = json.Unmarshal(out, &e)
+		if code/100 != 4 || e.Error.Code != c.code || e.Error.Field != c.field {
+			t.Errorf("%s without %s, %s %q: %d %s; want 4xx %s naming %s", c.path, c.drop, c.header, c.value, code, out, c.code, c.field)
+		}
+	}
+}
