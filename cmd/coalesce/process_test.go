@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/coalesce-io/coalesce/internal/loadgen"
+	"github.com/coalesce-io/coalesce/internal/testenv"
 	"github.com/coalesce-io/coalesce/worker"
 )
 
@@ -48,14 +50,15 @@ func binary(t *testing.T) string {
 	return binPath
 }
 
+// freeAddr is a free loopback address, outside the ephemeral port range
+// (testenv.FreePort).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // proc is a coalesce process with its output captured.

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -235,6 +236,19 @@ func lastLines(s string, n int) string {
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
+	// A port the kernel hands out for listen(0) comes from the ephemeral
+	// range, where the client side of every outgoing connection of every
+	// test process takes its port too: one may take it before the server
+	// that was given it binds ("address already in use", seen in CI). So
+	// ports come from below that range (Linux's default starts at 32768),
+	// at random, checked bindable; the kernel's pick only as a fallback.
+	for range 50 {
+		port := freeLow + mrand.IntN(freeHigh-freeLow)
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			l.Close()
+			return port, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -242,6 +256,9 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// The range FreePort picks from, below the kernel's ephemeral ports.
+const freeLow, freeHigh = 20000, 32000
 
 // Client returns a go-redis client for the server, closed when the test ends.
 func (s *RedisServer) Client(t testing.TB) *redis.Client {
