@@ -74,6 +74,11 @@ const (
 	// MaxWindow bounds a window or max_wait: a round's due time is at most
 	// this far after its first event.
 	MaxWindow = 30 * 24 * time.Hour
+	// DefaultLease is an exclusive key's lease; MinLease and MaxLease
+	// bound Policy.Lease.
+	DefaultLease = 30 * time.Second
+	MinLease     = time.Second
+	MaxLease     = time.Hour
 	// DefaultMaxItems caps an accumulated payload.
 	DefaultMaxItems = 1000
 	// MaxTTL is the longest dedup window (until expiry) accepted, and the
@@ -114,6 +119,17 @@ type Policy struct {
 	Until    Until    `yaml:"until"`    // dedup only; default start
 	Trailing bool     `yaml:"trailing"` // throttle only: one more job at the window's end for the events dropped
 	Fail     FailMode `yaml:"fail"`     // default open
+
+	// Exclusive: at most one job of a key runs at a time, across every
+	// worker (exclusive.go). A job whose key is busy waits, without it
+	// counting as an attempt, and starts after the running one ends. Its
+	// round is still closed at start: events during the run open the next
+	// round, whose job waits.
+	Exclusive bool `yaml:"exclusive"`
+	// Lease (exclusive only) is how long a running job holds its key
+	// without refreshing it (workers refresh it while the job runs): a
+	// crashed worker blocks the key at most this long. DefaultLease.
+	Lease time.Duration `yaml:"lease"`
 }
 
 // PolicyError says which field of which policy is wrong and what to change.
@@ -141,6 +157,9 @@ func (p Policy) WithDefaults() Policy {
 	}
 	if p.Fail == "" {
 		p.Fail = FailOpen
+	}
+	if p.Exclusive && p.Lease == 0 {
+		p.Lease = DefaultLease
 	}
 	if p.Payload == PayloadAccumulate && p.MaxItems == 0 {
 		p.MaxItems = DefaultMaxItems
@@ -222,6 +241,12 @@ func (p Policy) Validate() error {
 		}
 	} else if p.MaxItems < 1 {
 		return bad("max_items", "%d must be at least 1", p.MaxItems)
+	}
+	if !p.Exclusive && p.Lease != 0 {
+		return bad("lease", "only applies to exclusive policies; remove it or set exclusive: true")
+	}
+	if p.Exclusive && (p.Lease < MinLease || p.Lease > MaxLease) {
+		return bad("lease", "%v is outside %v to %v", p.Lease, MinLease, MaxLease)
 	}
 	if p.Mode != ModeDedup && p.Until != "" {
 		return bad("until", "only applies to mode dedup; remove it")

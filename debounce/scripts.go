@@ -32,6 +32,10 @@ var (
 	repairPackedLua string
 	//go:embed scripts/repair_round.lua
 	repairRoundLua string
+	//go:embed scripts/lease_take.lua
+	leaseTakeLua string
+	//go:embed scripts/lease_keep.lua
+	leaseKeepLua string
 
 	openPackedScript    = redis.NewScript(openPackedLua)
 	releasePackedScript = redis.NewScript(releasePackedLua)
@@ -44,6 +48,8 @@ var (
 	noteOverdueScript   = redis.NewScript(noteOverdueLua)
 	repairPackedScript  = redis.NewScript(repairPackedLua)
 	repairRoundScript   = redis.NewScript(repairRoundLua)
+	leaseTakeScript     = redis.NewScript(leaseTakeLua)
+	leaseKeepScript     = redis.NewScript(leaseKeepLua)
 )
 
 // The statuses of the scripts that close a round (release_packed.lua and

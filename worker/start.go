@@ -2,7 +2,10 @@ package worker
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/coalesce-io/coalesce/debounce"
@@ -31,9 +34,32 @@ const (
 // Started is StartDelivery's verdict.
 type Started struct {
 	Action StartAction
-	Result JobResult     // StartAck: JobRescheduled, JobSuperseded or JobDone
+	Result JobResult     // StartAck: JobRescheduled, JobSuperseded or JobDone; StartRetry: JobKeyBusy when the key is
 	Delay  time.Duration // StartRetry
 	Reason string        // StartDead, StartRetry
+	// Lease, for StartRun of an exclusive job, is the owner of its key's
+	// lease: refresh it while the job runs (Coalescer.RefreshKey, within
+	// the policy's Lease) and release it when the job ends
+	// (Coalescer.ReleaseKey). Waits and Waited say how long the job waited
+	// for its key. Every other action gave the lease up already.
+	Lease  string
+	Waits  int
+	Waited time.Duration
+}
+
+// keyWait is how long a delivery that found its key busy waits before it
+// comes again: at most keyPoll (plus jitter), less when the holder's lease
+// lapses sooner.
+func keyWait(left time.Duration) time.Duration {
+	return min(left, keyPoll) + time.Duration(rand.Int64N(int64(keyPoll/2)))
+}
+
+const keyPoll = 500 * time.Millisecond
+
+func newOwner() string {
+	var b [12]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // MaxDeliveries bounds the deliveries of one job whatever its attempts: a
@@ -52,6 +78,34 @@ func MaxDeliveries(maxDeliver int) int { return max(10*maxDeliver, 50) }
 // comes again when that publish fails. An error means the round could not be
 // closed (Redis): retry the delivery later, without running it.
 func StartDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Publisher, job *Job, maxDeliver int, retryIn time.Duration) (Started, error) {
+	if _, exclusive := co.Lease(job.Type); !exclusive {
+		return startDelivery(ctx, co, pub, job, maxDeliver, retryIn)
+	}
+	// An exclusive key: its lease first. A delivery that finds it busy
+	// leaves the round alone (it takes in events until its job starts) and
+	// comes again shortly; its wait is no attempt and no delivery the
+	// backstop counts.
+	owner := newOwner()
+	kl, err := co.TakeKey(ctx, job.Job, owner)
+	if err != nil {
+		return Started{}, err
+	}
+	if !kl.Taken {
+		return Started{Action: StartRetry, Result: JobKeyBusy, Delay: keyWait(kl.Left), Reason: "its key is busy: another job of the key is running"}, nil
+	}
+	job.Attempt = max(job.Attempt-kl.Waits, 1)
+	s, err := startDelivery(ctx, co, pub, job, maxDeliver, retryIn)
+	if err != nil || s.Action != StartRun {
+		if _, rerr := co.ReleaseKey(context.WithoutCancel(ctx), job.Job, owner); rerr != nil && err == nil {
+			err = rerr // the lease lapses on its own; the delivery comes again
+		}
+		return s, err
+	}
+	s.Lease, s.Waits, s.Waited = owner, kl.Waits, kl.Waited
+	return s, nil
+}
+
+func startDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Publisher, job *Job, maxDeliver int, retryIn time.Duration) (Started, error) {
 	deliveries := job.Attempt
 	rel, err := co.Start(ctx, job.Job)
 	if err != nil {

@@ -87,6 +87,7 @@ const (
 	JobDuplicateDone JobResult = "duplicate_done"    // the run-once guard found it done: not run
 	JobDuplicateBusy JobResult = "duplicate_running" // the run-once guard found it running elsewhere: delivered again later
 	JobReleaseFailed JobResult = "release_failed"    // Redis could not close the round: delivered again
+	JobKeyBusy       JobResult = "key_busy"          // an exclusive key's other job runs: delivered again shortly, no attempt
 )
 
 // Hooks are called for what is worth counting; nil funcs are skipped.
@@ -97,6 +98,9 @@ type Hooks struct {
 	RoundAge func(jobType string, age time.Duration, events int)
 	// Guard is called with each run-once guard decision.
 	Guard func(jobType string, result GuardResult)
+	// KeyWait is called as an exclusive job starts after waiting for its
+	// key: how long since its first delivery found the key busy.
+	KeyWait func(jobType string, waited time.Duration)
 }
 
 // Config configures a Worker.
@@ -459,8 +463,12 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 	switch started.Action {
 	case StartRetry:
 		dropClaim()
-		log.WarnContext(ctx, "worker: the job waits", "reason", started.Reason, "retry_in", started.Delay)
 		_ = msg.NakWithDelay(started.Delay)
+		if started.Result == JobKeyBusy {
+			log.DebugContext(ctx, "worker: the job's key is busy; it waits", "retry_in", started.Delay)
+			return JobKeyBusy
+		}
+		log.WarnContext(ctx, "worker: the job waits", "reason", started.Reason, "retry_in", started.Delay)
 		return JobRetry
 	case StartAck:
 		dropClaim()
@@ -475,11 +483,18 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		return JobDead
 	}
 	log = log.With("attempt", job.Attempt)
+	if started.Lease != "" {
+		// Given up once the job is finished and acked (or sent back).
+		defer w.releaseKey(job, started.Lease, log)
+		if started.Waits > 0 && w.cfg.Hooks.KeyWait != nil {
+			w.cfg.Hooks.KeyWait(job.Type, started.Waited)
+		}
+	}
 	if w.cfg.Hooks.RoundAge != nil && job.Release == debounce.ReleaseReleased {
 		w.cfg.Hooks.RoundAge(job.Type, w.now().Sub(job.OpenedAt), job.Summary.Events)
 	}
 
-	err = w.handle(ctx, msg, job, h, g, cl)
+	err = w.handle(ctx, msg, job, h, g, cl, started.Lease)
 	if err == nil {
 		if cl != nil {
 			ok, gerr := g.complete(ctx, cl)
@@ -517,9 +532,12 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 
 // handle runs the handler, telling the server the job is in progress (and
 // refreshing the run-once claim) while it runs. A panic is an error.
-func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, job *Job, h Handler, g *guard, cl *claim) (err error) {
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, job *Job, h Handler, g *guard, cl *claim, lease string) (err error) {
 	stop := make(chan struct{})
 	defer close(stop)
+	if lease != "" {
+		go w.keepKey(job, lease, stop)
+	}
 	go func() {
 		t := time.NewTicker(w.cfg.AckWait / 3)
 		defer t.Stop()
@@ -541,6 +559,39 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, job *Job, h Hand
 		}
 	}()
 	return h(ctx, job)
+}
+
+// keepKey refreshes an exclusive job's key lease every third of the
+// policy's lease until stop.
+func (w *Worker) keepKey(job *Job, owner string, stop <-chan struct{}) {
+	lease, _ := w.cfg.Coalescer.Lease(job.Type)
+	t := time.NewTicker(max(lease/3, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), lease/3)
+			held, err := w.cfg.Coalescer.RefreshKey(ctx, job.Job, owner)
+			cancel()
+			switch {
+			case err != nil:
+				w.log.Warn("worker: could not refresh the job's key lease; retrying", "job_type", job.Type, "key", job.Key.String(), "err", err)
+			case !held:
+				w.log.Error("worker: the job's key lease lapsed while it ran: another job of the key may start (raise the policy's lease)", "job_type", job.Type, "key", job.Key.String(), "lease", lease)
+				return
+			}
+		}
+	}
+}
+
+func (w *Worker) releaseKey(job *Job, owner string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := w.cfg.Coalescer.ReleaseKey(ctx, job.Job, owner); err != nil {
+		log.Warn("worker: could not give up the job's key lease; the next job of the key starts when it lapses", "err", err)
+	}
 }
 
 func (w *Worker) finish(ctx context.Context, job *Job, ok, final bool, log *slog.Logger) {

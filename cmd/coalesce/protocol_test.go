@@ -32,6 +32,11 @@ const protocolConfig = `policies:
     mode: dedup
     until: success
     key_fields: [order]
+  tenant_sync:
+    mode: dedup
+    key_fields: [tenant]
+    exclusive: true
+    lease: 2s
 `
 
 // nodeWorker finds node and the example's installed packages, or skips
@@ -53,8 +58,8 @@ func nodeWorker(t *testing.T) (node, dir string) {
 }
 
 type nodeRun struct {
-	Started float64
-	Job     worker.Document
+	Started, Ended float64
+	Job            worker.Document
 }
 
 // TestNodeWorkerOverTheProtocol runs examples/node-worker (Node, the
@@ -80,7 +85,7 @@ func TestNodeWorkerOverTheProtocol(t *testing.T) {
 	logPath := filepath.Join(tmp, "runs.ndjson")
 	cmd := exec.Command(node, "worker.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NATS_URL=nats://"+natsAddr, "JOB_TYPE=digest,sync,invoice", "JOB_LOG="+logPath)
+	cmd.Env = append(os.Environ(), "NATS_URL=nats://"+natsAddr, "JOB_TYPE=digest,sync,invoice,tenant_sync", "JOB_LOG="+logPath)
 	nw := startCmd(t, cmd)
 	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(nw.out.String(), "working"); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -145,6 +150,16 @@ func TestNodeWorkerOverTheProtocol(t *testing.T) {
 		t.Fatalf("an invoice event while its job runs: %s, want duplicate (until success)", out)
 	}
 
+	// Exclusive: a 4 s job; the next round's job of the tenant (opened by
+	// an event during the run) waits for it to end. The job outlasts its
+	// 2 s lease, so the worker must refresh it (progress), or the second
+	// job would start while it runs.
+	submit(`{"type":"tenant_sync","args":{"tenant":1,"sleep_ms":4000}}`)
+	time.Sleep(300 * time.Millisecond)
+	if out := submit(`{"type":"tenant_sync","args":{"tenant":1}}`); !strings.Contains(out, `"outcome":"published"`) {
+		t.Fatalf("an event during the exclusive job: %s, want the next round", out)
+	}
+
 	d := waitRuns("digest", 1, 15*time.Second)[0].Job
 	if d.V != 1 || d.Summary.Events != 3 || len(d.Summary.Items) != 3 || d.Release != "released" || d.Attempt != 1 {
 		t.Errorf("digest job: %+v", d)
@@ -165,6 +180,11 @@ func TestNodeWorkerOverTheProtocol(t *testing.T) {
 		t.Errorf("extended job: %+v", s[0].Job)
 	}
 
+	ts := waitRuns("tenant_sync", 2, 20*time.Second)
+	if ts[1].Started < ts[0].Ended {
+		t.Errorf("the exclusive key's second job started at %.3f, before the first ended at %.3f", ts[1].Started, ts[0].Ended)
+	}
+
 	waitRuns("invoice", 1, 10*time.Second)
 	// finish (ok) released the reservation: the same order is new again.
 	deadline := time.Now().Add(5 * time.Second)
@@ -179,7 +199,7 @@ func TestNodeWorkerOverTheProtocol(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(1500 * time.Millisecond) // no extra runs
-	for typ, n := range map[string]int{"digest": 2, "sync": 1, "invoice": 2} {
+	for typ, n := range map[string]int{"digest": 2, "sync": 1, "invoice": 2, "tenant_sync": 2} {
 		if got := len(runs()[typ]); got != n {
 			t.Errorf("%s ran %d times, want %d", typ, got, n)
 		}

@@ -68,7 +68,7 @@ async function work(nc, js, m) {
     case "ack": // rescheduled (an extended round), or its job runs elsewhere
       m.ack();
       return;
-    case "retry":
+    case "retry": // result "key_busy": another job of an exclusive key runs
       m.nak(start.retry_in_ms);
       return;
     case "dead": {
@@ -80,6 +80,11 @@ async function work(nc, js, m) {
   }
   const job = start.job; // action "run"
   const progress = setInterval(() => m.working(), 10000); // not redelivered while it runs
+  // An exclusive job holds its key: refresh the lease while it runs.
+  const lease = start.lease ? { "Coalesce-Lease": start.lease } : {};
+  const keep = start.lease
+    ? setInterval(() => ask(nc, "progress", m, lease).catch((err) => console.error(`progress: ${err.message}`)), start.lease_ms / 3)
+    : null;
   let result = "ok";
   try {
     await handle(job);
@@ -88,11 +93,12 @@ async function work(nc, js, m) {
     result = "failed";
   } finally {
     clearInterval(progress);
+    if (keep) clearInterval(keep);
   }
   const maxDeliver = 5;
   if (result === "failed" && job.attempt >= maxDeliver) result = "dead";
   try {
-    await ask(nc, "finish", m, { "Coalesce-Result": result });
+    await ask(nc, "finish", m, { "Coalesce-Result": result, ...lease });
   } catch (err) {
     console.error(`finish failed: ${err.message}`); // a redelivery starts it again ("retry")
   }

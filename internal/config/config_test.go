@@ -421,7 +421,7 @@ func TestLoadRefuses(t *testing.T) {
 		{"unknown top-level key", "redsi:\n  url: x\n",
 			nil, `FILE:1: redsi: unknown key (known: redis, nats, http, embedded, policies, cron, worker)`},
 		{"unknown policy key", "policies:\n  recompute:\n    mode: debounce\n    mood: happy\n",
-			nil, `FILE:4: policies.recompute.mood: unknown key (known: mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail)`},
+			nil, `FILE:4: policies.recompute.mood: unknown key (known: mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail, exclusive, lease)`},
 		{"unknown nested key", "nats:\n  ingest:\n    durabel: true\n",
 			nil, `FILE:3: nats.ingest.durabel: unknown key (known: request_reply, durable, stream)`},
 		{"odd key is quoted", "http:\n  \"list en\": x\n",
@@ -911,7 +911,7 @@ func TestKnownKeysInOrder(t *testing.T) {
 		{"nats.ingest", d.tagged(&c.NATS.Ingest), "request_reply, durable, stream"},
 		{"http", d.tagged(&c.HTTP), "listen, tokens, public_metrics, body_limit, read_timeout, write_timeout"},
 		{"embedded", d.tagged(&c.Embedded), "nats_listen, redis_listen, data_dir"},
-		{"policies.*", d.tagged(&p), "mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail"},
+		{"policies.*", d.tagged(&p), "mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail, exclusive, lease"},
 		{"cron[*]", d.tagged(&r), "name, schedule, timezone, type, args, key"},
 		{"worker", d.tagged(&c.Worker), "concurrency, max_deliver, ack_wait, backoff"},
 	} {

@@ -151,8 +151,9 @@ func (a *API) Handler() http.Handler {
 	route("/v1/rounds/{type}/{key}", "rounds", []string{http.MethodGet, http.MethodDelete}, a.round, true)
 	route("/v1/policies", "policies", []string{http.MethodGet}, a.getPolicies, true)
 	if p := a.cfg.Protocol; p != nil {
-		route("/v1/jobs/start", "jobs_start", []string{http.MethodPost}, p.httpStart(a), true)
-		route("/v1/jobs/finish", "jobs_finish", []string{http.MethodPost}, p.httpFinish(a), true)
+		route("/v1/jobs/start", "jobs_start", []string{http.MethodPost}, httpOp(a, p.Start), true)
+		route("/v1/jobs/progress", "jobs_progress", []string{http.MethodPost}, httpOp(a, p.Progress), true)
+		route("/v1/jobs/finish", "jobs_finish", []string{http.MethodPost}, httpOp(a, p.Finish), true)
 	}
 	route("/healthz", "healthz", []string{http.MethodGet, http.MethodHead}, func(w http.ResponseWriter, _ *http.Request) *apiError {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -32,6 +32,7 @@ type Metrics struct {
 	mismatch      *prometheus.CounterVec
 	push          *prometheus.CounterVec
 	protocol      *prometheus.CounterVec
+	keyWait       *prometheus.HistogramVec
 
 	types map[string]bool // the job types a label may name
 }
@@ -70,7 +71,7 @@ func NewMetrics(types ...string) *Metrics {
 		Help:    "From a round's first event to its job's start.",
 		Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}}, []string{"type"})
 	m.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_jobs_total",
-		Help: "Job deliveries handled by workers, by job type and result (ok, retry, dead, rescheduled, duplicate_done, duplicate_running, release_failed)."}, []string{"type", "result"})
+		Help: "Job deliveries handled by workers, by job type and result (ok, retry, dead, rescheduled, superseded, done, key_busy, duplicate_done, duplicate_running, release_failed)."}, []string{"type", "result"})
 	m.guard = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_guard_total",
 		Help: "Run-once guard decisions, by job type and result."}, []string{"type", "result"})
 	m.ingest = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_ingest_total",
@@ -87,7 +88,10 @@ func NewMetrics(types ...string) *Metrics {
 		Help: "Jobs pushed to an HTTP handler (coalesce work --post), by job type and answer (2xx, 3xx, 4xx, 408, 429, 5xx, error: none)."}, []string{"type", "result"})
 	m.protocol = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_protocol_total",
 		Help: "Worker protocol operations, by job type and result (start_run, start_ack, start_retry, start_dead, finish_ok, finish_failed, finish_dead)."}, []string{"type", "result"})
-	for _, c := range []prometheus.Collector{m.protocol, m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
+	m.keyWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coalesce_key_wait_seconds",
+		Help:    "How long an exclusive job waited for its key (another job of the key running), observed as it starts.",
+		Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800}}, []string{"type"})
+	for _, c := range []prometheus.Collector{m.keyWait, m.protocol, m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
 		m.roundEvents, m.roundAge, m.jobs, m.guard, m.ingest, m.cron, m.http,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})} {
 		f(c)
@@ -140,6 +144,11 @@ func (m *Metrics) OnPublish(info publisher.PublishInfo) {
 	m.publishes.WithLabelValues(m.typ(info.JobType), kind).Inc()
 }
 
+// OnKeyWait observes an exclusive job's wait for its key.
+func (m *Metrics) OnKeyWait(jobType string, waited time.Duration) {
+	m.keyWait.WithLabelValues(m.typ(jobType)).Observe(waited.Seconds())
+}
+
 // OnPush counts one push request's answer (worker.PushConfig.Result).
 func (m *Metrics) OnPush(jobType, result string) {
 	m.push.WithLabelValues(m.typ(jobType), result).Inc()
@@ -155,6 +164,7 @@ func (m *Metrics) WorkerHooks() worker.Hooks {
 			m.roundAge.WithLabelValues(m.typ(jobType)).Observe(age.Seconds())
 			m.roundEvents.WithLabelValues(m.typ(jobType)).Observe(float64(events))
 		},
-		Guard: func(jobType string, r worker.GuardResult) { m.guard.WithLabelValues(m.typ(jobType), string(r)).Inc() },
+		Guard:   func(jobType string, r worker.GuardResult) { m.guard.WithLabelValues(m.typ(jobType), string(r)).Inc() },
+		KeyWait: m.OnKeyWait,
 	}
 }

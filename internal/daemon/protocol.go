@@ -36,10 +36,13 @@ import (
 //	Coalesce-Result       finish: ok (the handler succeeded), failed (it
 //	                      failed and will be retried) or dead (it will not
 //	                      run again)
+//	Coalesce-Lease        progress, finish: the lease start answered (an
+//	                      exclusive job's hold on its key)
 const (
 	HeaderDelivered  = "Coalesce-Delivered"
 	HeaderMaxDeliver = "Coalesce-Max-Deliver"
 	HeaderResult     = "Coalesce-Result"
+	HeaderLease      = "Coalesce-Lease"
 )
 
 // ProtocolConfig configures the worker protocol.
@@ -84,6 +87,16 @@ type StartAnswer struct {
 	Reason    string           `json:"reason,omitempty"`      // retry, dead
 	DeadTo    string           `json:"dead_letter_subject,omitempty"`
 	Job       *worker.Document `json:"job,omitempty"` // run, dead: the job document, summary and attempt included
+	// Lease, for an exclusive job that runs, holds its key for LeaseMs:
+	// send it back (Coalesce-Lease) with progress at least every third of
+	// that while the job runs, and with finish.
+	Lease   string `json:"lease,omitempty"`
+	LeaseMs int64  `json:"lease_ms,omitempty"`
+}
+
+// ProgressAnswer is progress's answer.
+type ProgressAnswer struct {
+	Held bool `json:"held"` // false: the lease lapsed; another job of the key may have started
 }
 
 // FinishAnswer is finish's answer.
@@ -99,7 +112,7 @@ var protocolHeaders = func() map[string]string {
 	m := map[string]string{}
 	for _, h := range []string{publisher.HeaderType, publisher.HeaderKey, publisher.HeaderFingerprint, publisher.HeaderRound,
 		publisher.HeaderMode, publisher.HeaderPayload, publisher.HeaderOpenedAt, publisher.HeaderDueAt, publisher.HeaderTTL,
-		publisher.HeaderVersion, publisher.HeaderTraceParent, HeaderDelivered, HeaderMaxDeliver, HeaderResult} {
+		publisher.HeaderVersion, publisher.HeaderTraceParent, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
 		m[textproto.CanonicalMIMEHeaderKey(h)] = h
 	}
 	return m
@@ -180,6 +193,7 @@ func (p *Protocol) Start(ctx context.Context, h nats.Header, body []byte) (Start
 		a.Result = string(s.Result)
 	case worker.StartRetry:
 		a.RetryInMs = max(s.Delay.Milliseconds(), 0)
+		a.Result = string(s.Result)
 	case worker.StartDead:
 		if _, err := p.cfg.Coalescer.Finish(ctx, job.Job, false, true); err != nil {
 			p.log.Warn("protocol: finishing a dead job's round failed; it ends with its TTL", "type", job.Type, "err", err)
@@ -191,9 +205,37 @@ func (p *Protocol) Start(ctx context.Context, h nats.Header, body []byte) (Start
 	case worker.StartRun:
 		d := job.Document()
 		a.Job = &d
+		if s.Lease != "" {
+			lease, _ := p.cfg.Coalescer.Lease(job.Type)
+			a.Lease, a.LeaseMs = s.Lease, lease.Milliseconds()
+			if s.Waits > 0 && p.cfg.Metrics != nil {
+				p.cfg.Metrics.OnKeyWait(job.Type, s.Waited)
+			}
+		}
 	}
-	p.count(job.Type, "start_"+a.Action)
+	result := "start_" + a.Action
+	if s.Result == worker.JobKeyBusy {
+		result = "start_key_busy"
+	}
+	p.count(job.Type, result)
 	return a, nil
+}
+
+// Progress refreshes an exclusive job's lease of its key.
+func (p *Protocol) Progress(ctx context.Context, h nats.Header, body []byte) (ProgressAnswer, *apiError) {
+	job, e := p.job(h, body)
+	if e != nil {
+		return ProgressAnswer{}, e
+	}
+	owner := h.Get(HeaderLease)
+	if _, exclusive := p.cfg.Coalescer.Lease(job.Type); !exclusive || owner == "" {
+		return ProgressAnswer{}, errf(http.StatusBadRequest, "invalid_header", HeaderLease, "header %s: send the lease start answered (only exclusive jobs have one)", HeaderLease)
+	}
+	held, err := p.cfg.Coalescer.RefreshKey(ctx, job.Job, owner)
+	if err != nil {
+		return ProgressAnswer{}, errf(http.StatusServiceUnavailable, "store_unavailable", "", "the lease could not be refreshed: %v; retry", err)
+	}
+	return ProgressAnswer{Held: held}, nil
 }
 
 // Finish finishes the job's round after its handler: ok, failed (retried:
@@ -217,6 +259,13 @@ func (p *Protocol) Finish(ctx context.Context, h nats.Header, body []byte) (Fini
 	if err != nil {
 		return FinishAnswer{}, errf(http.StatusServiceUnavailable, "store_unavailable", "", "the round could not be finished: %v; retry", err)
 	}
+	if owner := h.Get(HeaderLease); owner != "" {
+		if _, exclusive := p.cfg.Coalescer.Lease(job.Type); exclusive {
+			if _, err := p.cfg.Coalescer.ReleaseKey(ctx, job.Job, owner); err != nil {
+				p.log.Warn("protocol: could not give up a finished job's key lease; the next job of the key starts when it lapses", "type", job.Type, "err", err)
+			}
+		}
+	}
 	p.count(job.Type, "finish_"+h.Get(HeaderResult))
 	return FinishAnswer{Release: string(rel.Result)}, nil
 }
@@ -227,9 +276,11 @@ func (p *Protocol) count(jobType, result string) {
 	}
 }
 
-// StartSubject and FinishSubject are the protocol's NATS subjects.
-func StartSubject(prefix string) string  { return prefix + ".worker.start" }
-func FinishSubject(prefix string) string { return prefix + ".worker.finish" }
+// StartSubject, ProgressSubject and FinishSubject are the protocol's NATS
+// subjects.
+func StartSubject(prefix string) string    { return prefix + ".worker.start" }
+func ProgressSubject(prefix string) string { return prefix + ".worker.progress" }
+func FinishSubject(prefix string) string   { return prefix + ".worker.finish" }
 
 // Subscribe answers start and finish requests on nc (queue group
 // "coalesce", so replicas share them) until Stop.
@@ -241,6 +292,10 @@ func (p *Protocol) Subscribe(nc *nats.Conn, prefix string) error {
 		},
 		FinishSubject(prefix): func(ctx context.Context, h nats.Header, b []byte) ([]byte, *apiError) {
 			a, e := p.Finish(ctx, h, b)
+			return marshal(a), e
+		},
+		ProgressSubject(prefix): func(ctx context.Context, h nats.Header, b []byte) ([]byte, *apiError) {
+			a, e := p.Progress(ctx, h, b)
 			return marshal(a), e
 		},
 	} {
@@ -278,30 +333,15 @@ func (p *Protocol) Stop() {
 	p.wg.Wait()
 }
 
-// httpStart and httpFinish serve the operations over HTTP: the job
-// message's headers as the request's, its body as the request's.
-func (p *Protocol) httpStart(a *API) func(http.ResponseWriter, *http.Request) *apiError {
+// httpOp serves an operation over HTTP: the job message's headers as the
+// request's, its body as the request's.
+func httpOp[A any](a *API, op func(context.Context, nats.Header, []byte) (A, *apiError)) func(http.ResponseWriter, *http.Request) *apiError {
 	return func(w http.ResponseWriter, r *http.Request) *apiError {
 		body, e := a.readBody(w, r)
 		if e != nil {
 			return e
 		}
-		ans, e := p.Start(r.Context(), jobHeaders(r.Header), body)
-		if e != nil {
-			return e
-		}
-		writeJSON(w, http.StatusOK, ans)
-		return nil
-	}
-}
-
-func (p *Protocol) httpFinish(a *API) func(http.ResponseWriter, *http.Request) *apiError {
-	return func(w http.ResponseWriter, r *http.Request) *apiError {
-		body, e := a.readBody(w, r)
-		if e != nil {
-			return e
-		}
-		ans, e := p.Finish(r.Context(), jobHeaders(r.Header), body)
+		ans, e := op(r.Context(), jobHeaders(r.Header), body)
 		if e != nil {
 			return e
 		}

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/daemon"
+	"github.com/coalesce-io/coalesce/internal/testenv"
+	"github.com/coalesce-io/coalesce/publisher"
 )
 
 // TestProtocolOverHTTP: the worker protocol's start and finish over HTTP,
@@ -102,5 +107,72 @@ func TestProtocolOverHTTP(t *testing.T) {
 		if code/100 != 4 || e.Error.Code != c.code || e.Error.Field != c.field {
 			t.Errorf("%s without %s, %s %q: %d %s; want 4xx %s naming %s", c.path, c.drop, c.header, c.value, code, out, c.code, c.field)
 		}
+	}
+}
+
+// TestProtocolExclusiveKey: with an exclusive policy, start hands the job a
+// lease of its key; the next round's job of the key is told to retry
+// (key_busy) while the lease is held, progress refreshes it, and finish
+// with the lease frees the key for that job at once.
+func TestProtocolExclusiveKey(t *testing.T) {
+	t.Parallel()
+	nc, js := testenv.NATS(t).Connect(t)
+	pub, err := publisher.New(context.Background(), js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err := debounce.New(debounce.Config{Redis: testenv.SharedRedis(t).Client(t), Publisher: pub, Prefix: testenv.Prefix(t),
+		Policies: []debounce.Policy{{Type: "sync", Mode: debounce.ModeDedup, KeyFields: []string{"tenant"}, Exclusive: true, Lease: 5 * time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := daemon.NewProtocol(daemon.ProtocolConfig{Coalescer: co, Publisher: pub})
+	ctx := context.Background()
+	jobs, err := nc.SubscribeSync("co.run.sync.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() *nats.Msg {
+		t.Helper()
+		if _, err := co.Submit(ctx, debounce.Event{Type: "sync", Args: json.RawMessage(`{"tenant":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := jobs.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	with := func(m *nats.Msg, kv ...string) nats.Header {
+		h := nats.Header{}
+		for k, v := range m.Header {
+			h[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	first := next()
+	a, e := p.Start(ctx, with(first), first.Data)
+	if e != nil || a.Action != "run" || a.Lease == "" || a.LeaseMs != 5000 {
+		t.Fatalf("first start: %+v %v", a, e)
+	}
+	second := next() // its round opened after the first job started
+	if b, e := p.Start(ctx, with(second), second.Data); e != nil || b.Action != "retry" || b.Result != "key_busy" || b.RetryInMs <= 0 {
+		t.Fatalf("start while the key is busy: %+v %v", b, e)
+	}
+	if pr, e := p.Progress(ctx, with(first, daemon.HeaderLease, a.Lease), first.Data); e != nil || !pr.Held {
+		t.Errorf("progress: %+v %v", pr, e)
+	}
+	if _, e := p.Progress(ctx, with(first, daemon.HeaderLease, "not-mine"), first.Data); e != nil {
+		t.Errorf("progress with another lease: %v", e)
+	}
+	if _, e := p.Finish(ctx, with(first, daemon.HeaderResult, "ok", daemon.HeaderLease, a.Lease), first.Data); e != nil {
+		t.Fatalf("finish: %v", e)
+	}
+	b, e := p.Start(ctx, with(second, daemon.HeaderDelivered, "2"), second.Data)
+	if e != nil || b.Action != "run" || b.Job.Attempt != 1 || b.Lease == "" {
+		t.Fatalf("start once the key is free: %+v %v (its wait is no attempt)", b, e)
 	}
 }

@@ -1,0 +1,98 @@
+package debounce
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Exclusive keys (Policy.Exclusive): at most one job of a key runs at a
+// time, across every worker and process. A worker takes the key's lease
+// (TakeKey) before it closes the job's round, refreshes it while the job
+// runs (RefreshKey, well within Policy.Lease) and gives it up when the job
+// ends (ReleaseKey). A delivery that finds the key busy does not close the
+// round: its worker sends it back for a little later, and its waits are
+// counted so they are not attempts. Events during a run open the next round
+// as always (the running job's round was closed at its start); it is that
+// round's job that waits, taking in events until it starts.
+//
+// The lease is a Redis key beside the round's ("e" after the round key's
+// tag), holding the owner: a random id per delivery. A crashed worker's
+// lease lapses after Policy.Lease, so a key is never blocked longer.
+
+// KeyLease is what TakeKey found.
+type KeyLease struct {
+	Taken bool
+	// Waits: taken, how many deliveries of this job found the key busy
+	// before; Waited, since the first of them (0 without).
+	Waits  int
+	Waited time.Duration
+	// Left: busy, how long the holder's lease runs without a refresh.
+	Left time.Duration
+}
+
+// Lease returns the lease of jobType's exclusive keys, and whether its keys
+// are exclusive.
+func (c *Coalescer) Lease(jobType string) (time.Duration, bool) {
+	p, ok := c.policies[jobType]
+	if !ok || !p.Exclusive {
+		return 0, false
+	}
+	return p.Lease, true
+}
+
+func (c *Coalescer) leaseKey(job Job) string {
+	return redisKey(c.prefix, c.mixOf(job.Type), job.Key, "e")
+}
+
+// TakeKey takes the lease of job's key for owner (one delivery's id), or
+// counts this delivery's wait when another owner holds it.
+func (c *Coalescer) TakeKey(ctx context.Context, job Job, owner string) (KeyLease, error) {
+	lease, ok := c.Lease(job.Type)
+	if !ok {
+		return KeyLease{}, fmt.Errorf("%w: job type %q is not exclusive", ErrInvalidPolicy, job.Type)
+	}
+	waits := redisKey(c.prefix, c.mixOf(job.Type), job.Key, "ew"+job.Token.String())
+	keep := max(job.TTL, time.Hour)
+	now := c.now()
+	r, err := c.eval(ctx, leaseTakeScript, []string{c.leaseKey(job), waits}, owner, lease.Milliseconds(), keep.Milliseconds(), now.UnixMilli()).Int64Slice()
+	if err != nil || len(r) < 2 {
+		return KeyLease{}, fmt.Errorf("%w: take the key of %s %s: %v", ErrStoreUnavailable, job.Type, job.Key, err)
+	}
+	if r[0] == 0 {
+		return KeyLease{Left: time.Duration(max(r[1], 0)) * time.Millisecond}, nil
+	}
+	kl := KeyLease{Taken: true, Waits: int(r[1])}
+	if len(r) > 2 && r[2] > 0 {
+		kl.Waited = max(now.Sub(time.UnixMilli(r[2])), 0)
+	}
+	return kl, nil
+}
+
+// RefreshKey extends owner's lease of job's key by the policy's lease. It
+// reports false when owner no longer holds it (it lapsed: another job of
+// the key may be running).
+func (c *Coalescer) RefreshKey(ctx context.Context, job Job, owner string) (bool, error) {
+	lease, ok := c.Lease(job.Type)
+	if !ok {
+		return false, fmt.Errorf("%w: job type %q is not exclusive", ErrInvalidPolicy, job.Type)
+	}
+	return c.keepKey(ctx, job, owner, "refresh", lease)
+}
+
+// ReleaseKey gives up owner's lease of job's key, so the next job of the
+// key may start; false when owner did not hold it.
+func (c *Coalescer) ReleaseKey(ctx context.Context, job Job, owner string) (bool, error) {
+	if _, ok := c.Lease(job.Type); !ok {
+		return false, fmt.Errorf("%w: job type %q is not exclusive", ErrInvalidPolicy, job.Type)
+	}
+	return c.keepKey(ctx, job, owner, "release", 0)
+}
+
+func (c *Coalescer) keepKey(ctx context.Context, job Job, owner, op string, lease time.Duration) (bool, error) {
+	n, err := c.eval(ctx, leaseKeepScript, []string{c.leaseKey(job)}, owner, op, lease.Milliseconds()).Int64()
+	if err != nil {
+		return false, fmt.Errorf("%w: %s the key of %s %s: %w", ErrStoreUnavailable, op, job.Type, job.Key, err)
+	}
+	return n == 1, nil
+}

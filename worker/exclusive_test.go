@@ -1,0 +1,111 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/testenv"
+	"github.com/coalesce-io/coalesce/worker"
+)
+
+// TestExclusiveKeyOfACrashedWorker: a worker died holding a key's lease
+// (taken, never refreshed nor released). The next job of the key waits for
+// the lease to lapse — not less, and not much more — and then runs as its
+// first attempt, however many deliveries found the key busy; the wait is
+// counted and observed.
+func TestExclusiveKeyOfACrashedWorker(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	s := newStack(t, testenv.NATS(t), debounce.Policy{Type: "report", Mode: debounce.ModeDebounce, Window: time.Second,
+		KeyFields: []string{"k"}, Exclusive: true, Lease: lease})
+	ctx := context.Background()
+	key, err := s.co.RoundKeyOf(debounce.Event{Type: "report", Args: json.RawMessage(`{"k":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kl, err := s.co.TakeKey(ctx, debounce.Job{Type: "report", Key: key}, "crashed-worker")
+	if err != nil || !kl.Taken {
+		t.Fatalf("TakeKey: %+v %v", kl, err)
+	}
+	crashed := time.Now()
+	s.submit(t, "report", `{"k":1}`)
+	var busy atomic.Int64
+	var waited atomic.Int64
+	started := make(chan *worker.Job, 1)
+	s.run(t, func(ctx context.Context, j *worker.Job) error {
+		started <- j
+		return nil
+	}, worker.Config{Types: []string{"report"}, Hooks: worker.Hooks{
+		Job: func(_ string, r worker.JobResult, _ debounce.ReleaseResult, _ time.Duration) {
+			if r == worker.JobKeyBusy {
+				busy.Add(1)
+			}
+		},
+		KeyWait: func(_ string, d time.Duration) { waited.Store(int64(d)) },
+	}})
+	var j *worker.Job
+	select {
+	case j = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job never ran after the crashed worker's lease lapsed")
+	}
+	if since := time.Since(crashed); since < lease {
+		t.Errorf("the job ran %v after the crash, before the %v lease lapsed", since, lease)
+	} else if since > lease+2*time.Second {
+		t.Errorf("the job ran %v after the crash: the key stayed blocked well past its %v lease", since, lease)
+	}
+	if j.Attempt != 1 || busy.Load() == 0 {
+		t.Errorf("attempt %d after %d deliveries found the key busy; want attempt 1 and some", j.Attempt, busy.Load())
+	}
+	if w := time.Duration(waited.Load()); w <= 0 || w > lease+time.Second {
+		t.Errorf("observed wait %v", w)
+	}
+}
+
+// TestExclusiveLeaseOwnership: only the owner refreshes or releases a
+// lease, a released key is free at once, and a policy that is not
+// exclusive has no lease.
+func TestExclusiveLeaseOwnership(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, testenv.NATS(t),
+		debounce.Policy{Type: "x", Mode: debounce.ModeDedup, Exclusive: true},
+		debounce.Policy{Type: "plain", Mode: debounce.ModeDedup})
+	ctx := context.Background()
+	key, err := s.co.RoundKeyOf(debounce.Event{Type: "x", Args: json.RawMessage(`{"n":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := debounce.Job{Type: "x", Key: key}
+	if l, ok := s.co.Lease("x"); !ok || l != debounce.DefaultLease {
+		t.Errorf("Lease(x) = %v %v, want the default", l, ok)
+	}
+	if kl, err := s.co.TakeKey(ctx, job, "one"); err != nil || !kl.Taken {
+		t.Fatalf("take: %+v %v", kl, err)
+	}
+	if kl, err := s.co.TakeKey(ctx, job, "two"); err != nil || kl.Taken || kl.Left <= 0 {
+		t.Errorf("a second owner took a held key: %+v %v", kl, err)
+	}
+	if ok, err := s.co.RefreshKey(ctx, job, "two"); err != nil || ok {
+		t.Errorf("a non-owner refreshed the lease: %v %v", ok, err)
+	}
+	if ok, err := s.co.ReleaseKey(ctx, job, "two"); err != nil || ok {
+		t.Errorf("a non-owner released the lease: %v %v", ok, err)
+	}
+	if ok, err := s.co.RefreshKey(ctx, job, "one"); err != nil || !ok {
+		t.Errorf("the owner could not refresh: %v %v", ok, err)
+	}
+	if ok, err := s.co.ReleaseKey(ctx, job, "one"); err != nil || !ok {
+		t.Errorf("the owner could not release: %v %v", ok, err)
+	}
+	kl, err := s.co.TakeKey(ctx, job, "two")
+	if err != nil || !kl.Taken || kl.Waits != 1 {
+		t.Errorf("after the release: %+v %v, want taken with the one wait counted", kl, err)
+	}
+	if _, err := s.co.TakeKey(ctx, debounce.Job{Type: "plain", Key: job.Key}, "one"); err == nil {
+		t.Error("TakeKey of a policy that is not exclusive succeeded")
+	}
+}
