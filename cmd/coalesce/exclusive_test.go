@@ -36,16 +36,8 @@ const exclusiveConfig = `policies:
 // after it.
 func TestExclusiveKeysAcrossWorkerProcesses(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "coalesce.yaml")
-	if err := os.WriteFile(cfgPath, []byte(exclusiveConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	httpAddr, natsAddr, redisAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	serve := start(t, "serve", "--config", cfgPath, "--http", httpAddr, "--nats-listen", natsAddr,
-		"--redis-listen", redisAddr, "--data", filepath.Join(dir, "data"))
-	base := "http://" + httpAddr
-	waitHTTP(t, base+"/readyz", serve)
+	sd := serveEmbedded(t, exclusiveConfig)
+	dir, cfgPath, natsAddr, redisAddr, serve, base := sd.dir, sd.cfgPath, sd.natsAddr, sd.redisAddr, sd.serve, sd.base
 	runs := filepath.Join(dir, "runs.ndjson")
 	script := `t0=$(date +%s.%N); doc=$(cat); sleep 2.5; t1=$(date +%s.%N); printf '{"start":%s,"end":%s,"job":%s}\n' "$t0" "$t1" "$doc" >> ` + runs
 	var workers []*proc

@@ -154,6 +154,28 @@ func waitHTTP(t *testing.T, url string, p *proc) {
 	}
 }
 
+// served is a `coalesce serve` on its embedded servers, on free ports.
+type served struct {
+	dir, cfgPath, natsAddr, redisAddr, base string
+	serve                                   *proc
+}
+
+// serveEmbedded writes config to a file and serves it, ready.
+func serveEmbedded(t *testing.T, config string) served {
+	t.Helper()
+	d := served{dir: t.TempDir(), natsAddr: freeAddr(t), redisAddr: freeAddr(t)}
+	d.cfgPath = filepath.Join(d.dir, "coalesce.yaml")
+	if err := os.WriteFile(d.cfgPath, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := freeAddr(t)
+	d.serve = start(t, "serve", "--config", d.cfgPath, "--http", httpAddr, "--nats-listen", d.natsAddr,
+		"--redis-listen", d.redisAddr, "--data", filepath.Join(d.dir, "data"))
+	d.base = "http://" + httpAddr
+	waitHTTP(t, d.base+"/readyz", d.serve)
+	return d
+}
+
 const processConfig = `# coalesce serve for the process-level test
 policies:
   recompute_financials:

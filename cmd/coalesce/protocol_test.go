@@ -72,16 +72,8 @@ type nodeRun struct {
 func TestNodeWorkerOverTheProtocol(t *testing.T) {
 	t.Parallel()
 	node, dir := nodeWorker(t)
-	tmp := t.TempDir()
-	cfgPath := filepath.Join(tmp, "coalesce.yaml")
-	if err := os.WriteFile(cfgPath, []byte(protocolConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	httpAddr, natsAddr, redisAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	serve := start(t, "serve", "--config", cfgPath, "--http", httpAddr, "--nats-listen", natsAddr,
-		"--redis-listen", redisAddr, "--data", filepath.Join(tmp, "data"))
-	base := "http://" + httpAddr
-	waitHTTP(t, base+"/readyz", serve)
+	sd := serveEmbedded(t, protocolConfig)
+	tmp, natsAddr, serve, base := sd.dir, sd.natsAddr, sd.serve, sd.base
 	logPath := filepath.Join(tmp, "runs.ndjson")
 	cmd := exec.Command(node, "worker.mjs")
 	cmd.Dir = dir

@@ -58,16 +58,8 @@ func python3(t *testing.T) string {
 func TestPushToAPythonHandler(t *testing.T) {
 	t.Parallel()
 	py := python3(t)
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "coalesce.yaml")
-	if err := os.WriteFile(cfgPath, []byte(pushConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	httpAddr, natsAddr, redisAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	serve := start(t, "serve", "--config", cfgPath, "--http", httpAddr, "--nats-listen", natsAddr,
-		"--redis-listen", redisAddr, "--data", filepath.Join(dir, "data"))
-	base := "http://" + httpAddr
-	waitHTTP(t, base+"/readyz", serve)
+	sd := serveEmbedded(t, pushConfig)
+	dir, cfgPath, natsAddr, redisAddr, serve, base := sd.dir, sd.cfgPath, sd.natsAddr, sd.redisAddr, sd.serve, sd.base
 
 	logPath := filepath.Join(dir, "pushes.ndjson")
 	hcmd := exec.Command(py, "testdata/push_handler.py", logPath)
