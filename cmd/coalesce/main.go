@@ -52,10 +52,11 @@ func commands() []command {
 		{"explain", "show what the daemon would do with an event, changing nothing", runExplain},
 		{"inspect", "show the round pending for a key", runInspect},
 		{"cancel", "cancel the round pending for a key", runCancel},
-		{"work", "run jobs with a command of any language (job JSON on stdin)", runWork},
+		{"work", "run jobs with a command (job JSON on stdin) or an HTTP handler (--post), any language", runWork},
 		{"dedupe-stream", "remove duplicate pending jobs from an already flooded stream (dry run by default)", runDedupeStream},
 		{"bench", "load-generate events and report throughput, latency, Redis CPU and memory", runBench},
 		{"fingerprint", "print the fp1 fingerprint of job args (one, or NDJSON from stdin)", runFingerprint},
+		{"version", "print the version, VCS revision, Go and embedded nats-server versions", runVersion},
 	}
 }
 
@@ -75,6 +76,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	name := args[0]
 	if name == "help" || name == "-h" || name == "--help" || name == "-help" {
 		printUsage(stdout)
+		return exitOK
+	}
+	if name == "--version" || name == "-version" {
+		fmt.Fprint(stdout, versionText())
 		return exitOK
 	}
 	for _, c := range commands() {
@@ -106,8 +111,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "coalesce turns storms of events into exactly the jobs needed.")
 	fmt.Fprintln(w, "\nUsage: coalesce <command> [flags]\n\nCommands:")
+	width := 0
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'coalesce <command> --help' for a command's flags.")
 }

@@ -368,3 +368,19 @@ func TestBenchCommand(t *testing.T) {
 		t.Errorf("bad mode: exit %d %q", code, stderr)
 	}
 }
+
+// TestVersion: coalesce version and --version name the build, the Go
+// version and the embedded nats-server's.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, stderr := runBin(t, "", args...)
+		if code != 0 || !strings.HasPrefix(out, "coalesce ") || !strings.Contains(out, "go       go1.") ||
+			!strings.Contains(out, "nats-server (embedded) v2.") {
+			t.Errorf("coalesce %s: exit %d, %q %q", args[0], code, out, stderr)
+		}
+	}
+	if _, out, _ := runBin(t, "", "help"); !strings.Contains(out, "  dedupe-stream  remove") || !strings.Contains(out, "  serve          run") {
+		t.Errorf("help is not aligned:\n%s", out)
+	}
+}

@@ -172,12 +172,14 @@ func execHandler(cmdline string, stdout, stderr io.Writer) worker.Handler {
 		switch {
 		case err == nil:
 			return nil
+		// The command is in the log's "working" line once; not in every
+		// job's error.
 		case errors.As(err, &ee) && ee.ExitCode() == ExitPermanent:
-			return worker.Permanent(fmt.Errorf("%s exited %d (permanent failure)", cmdline, ExitPermanent))
+			return worker.Permanent(fmt.Errorf("the --exec command exited %d (permanent failure)", ExitPermanent))
 		case errors.As(err, &ee):
-			return fmt.Errorf("%s exited %d", cmdline, ee.ExitCode())
+			return fmt.Errorf("the --exec command exited %d", ee.ExitCode())
 		default:
-			return fmt.Errorf("%s: %w", cmdline, err)
+			return fmt.Errorf("the --exec command: %w", err)
 		}
 	}
 }

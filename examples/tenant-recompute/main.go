@@ -14,7 +14,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"os"
 	"sync"
 	"time"
 
@@ -32,12 +34,14 @@ func main() {
 	redisURL := flag.String("redis", "", "Redis URL (default: an in-process Redis)")
 	natsURL := flag.String("nats", "", "NATS URL, server 2.12 or later (default: an in-process NATS)")
 	flag.Parse()
-	if err := run(*redisURL, *natsURL); err != nil {
+	if err := run(*redisURL, *natsURL, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(redisURL, natsURL string) error {
+// run is the example; it fails unless the storm became exactly one job per
+// tenant, covering all of its events.
+func run(redisURL, natsURL string, out io.Writer) error {
 	if redisURL == "" || natsURL == "" {
 		// In-process servers, as a test would use (package coalescetest).
 		dev, err := coalescetest.StartServers()
@@ -119,9 +123,10 @@ func run(redisURL, natsURL string) error {
 		}
 		outcomes[d.Outcome]++
 	}
-	fmt.Printf("1400 events in %v: %d scheduled, %d coalesced\n",
+	fmt.Fprintf(out, "1400 events in %v: %d scheduled, %d coalesced\n",
 		time.Since(start).Round(time.Millisecond), outcomes[debounce.OutcomeScheduled], outcomes[debounce.OutcomeCoalesced])
 
+	covered := map[int]int{} // tenant -> events its jobs covered
 	for range 3 {
 		select {
 		case job := <-jobs:
@@ -129,11 +134,21 @@ func run(redisURL, natsURL string) error {
 				TenantID int `json:"tenant_id"`
 			}
 			_ = json.Unmarshal(job.Args, &args)
-			fmt.Printf("job: recompute tenant %d, covering %d events (%v after its first)\n",
+			covered[args.TenantID] += job.Summary.Events
+			fmt.Fprintf(out, "job: recompute tenant %d, covering %d events (%v after its first)\n",
 				args.TenantID, job.Summary.Events, time.Since(job.Summary.FirstSeen).Round(100*time.Millisecond))
 		case <-time.After(15 * time.Second):
 			return fmt.Errorf("expected 3 jobs, timed out")
 		}
+	}
+	select {
+	case job := <-jobs:
+		return fmt.Errorf("a fourth job: %s covering %d events", job.Args, job.Summary.Events)
+	case <-time.After(2500 * time.Millisecond): // a window and more
+	}
+	// 1,400 events over tenants 1, 2, 3 in turn: 467, 467, 466.
+	if covered[1] != 467 || covered[2] != 467 || covered[3] != 466 {
+		return fmt.Errorf("the jobs covered %v events per tenant, want 467, 467 and 466", covered)
 	}
 	return nil
 }
