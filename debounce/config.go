@@ -110,6 +110,7 @@ type Coalescer struct {
 	// mismatched: job types whose events met a round of the other layout
 	// (logged once each).
 	mismatched sync.Map
+	store      storeState // the Redis's identity, once read (store.go)
 }
 
 // compiled is a validated policy with what Submit needs precomputed.

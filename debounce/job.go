@@ -69,6 +69,10 @@ type Job struct {
 	// (extend, fire-now) publishes a new version so a message id made of
 	// token and version is never swallowed as a duplicate of the last one.
 	Version int
+	// Store is the identity of the Redis the round was reserved in, and
+	// StoreAddr that Redis as the producer reached it (store.go): a worker
+	// on another Redis does not run the job. Empty: unknown.
+	Store, StoreAddr string
 }
 
 // Immediate reports whether the job is meant to run now rather than at DueAt.

@@ -36,6 +36,8 @@ var (
 	leaseTakeLua string
 	//go:embed scripts/lease_keep.lua
 	leaseKeepLua string
+	//go:embed scripts/store_identity.lua
+	storeIdentityLua string
 
 	openPackedScript    = redis.NewScript(openPackedLua)
 	releasePackedScript = redis.NewScript(releasePackedLua)
@@ -50,6 +52,7 @@ var (
 	repairRoundScript   = redis.NewScript(repairRoundLua)
 	leaseTakeScript     = redis.NewScript(leaseTakeLua)
 	leaseKeepScript     = redis.NewScript(leaseKeepLua)
+	storeIdentityScript = redis.NewScript(storeIdentityLua)
 )
 
 // The statuses of the scripts that close a round (release_packed.lua and

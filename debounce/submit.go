@@ -239,6 +239,7 @@ func (c *Coalescer) publish(ctx context.Context, job Job) error {
 	if c.pub == nil {
 		return fmt.Errorf("%w: no Publisher configured", ErrPublish)
 	}
+	c.stamp(ctx, &job)
 	if err := c.pub.Publish(ctx, job); err != nil {
 		if c.hooks.PublishError != nil {
 			c.hooks.PublishError(job.Type, err)

@@ -26,6 +26,8 @@ const (
 	HeaderTTL         = "Coalesce-TTL"         // reservation lifetime, milliseconds
 	HeaderVersion     = "Coalesce-Version"     // publishes of the round before this one, decimal
 	HeaderTraceParent = "traceparent"          // W3C trace context of the opening event; absent when unset
+	HeaderStore       = "Coalesce-Store"       // identity of the Redis the round was reserved in; absent when unknown
+	HeaderStoreAddr   = "Coalesce-Store-Addr"  // that Redis as the producer reached it
 )
 
 // EncodeHeaders returns the coalesce headers of job (not the NATS ones:
@@ -54,6 +56,10 @@ func EncodeHeaders(job debounce.Job) nats.Header {
 	h.Set(HeaderVersion, strconv.Itoa(job.Version))
 	if job.TraceParent != "" {
 		h.Set(HeaderTraceParent, job.TraceParent)
+	}
+	if job.Store != "" {
+		h.Set(HeaderStore, job.Store)
+		h.Set(HeaderStoreAddr, job.StoreAddr)
 	}
 	return h
 }
@@ -122,6 +128,7 @@ func DecodeJob(h nats.Header, data []byte) (debounce.Job, error) {
 		return debounce.Job{}, malformed(HeaderVersion, v, "want a decimal integer >= 0")
 	}
 	job.TraceParent = h.Get(HeaderTraceParent)
+	job.Store, job.StoreAddr = h.Get(HeaderStore), h.Get(HeaderStoreAddr)
 	if len(data) > 0 {
 		job.Args = json.RawMessage(data)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -45,7 +46,15 @@ type Started struct {
 	Lease  string
 	Waits  int
 	Waited time.Duration
+	// Note, for StartRun, is worth a warning: the job's Redis lost its data
+	// since the job's round opened.
+	Note string
 }
+
+// otherStoreWait is how long a job reserved in another Redis waits before
+// it is delivered again (to this worker or, better, a correctly connected
+// one).
+const otherStoreWait = 10 * time.Second
 
 // keyWait is how long a delivery that found its key busy waits before it
 // comes again: at most keyPoll (plus jitter), less when the holder's lease
@@ -78,6 +87,24 @@ func MaxDeliveries(maxDeliver int) int { return max(10*maxDeliver, 50) }
 // comes again when that publish fails. An error means the round could not be
 // closed (Redis): retry the delivery later, without running it.
 func StartDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Publisher, job *Job, maxDeliver int, retryIn time.Duration) (Started, error) {
+	// The job's Redis first: closing a round in another Redis finds it
+	// missing, runs the job without its data, and leaves the real round
+	// open for events whose job already ran.
+	sc, err := co.CheckStore(ctx, job.Job)
+	if errors.Is(err, debounce.ErrOtherStore) {
+		return Started{Action: StartRetry, Result: JobOtherStore, Delay: otherStoreWait, Reason: err.Error()}, nil
+	}
+	if err != nil {
+		return Started{}, err
+	}
+	s, err := startExclusive(ctx, co, pub, job, maxDeliver, retryIn)
+	if sc.Note != "" {
+		s.Note = sc.Note
+	}
+	return s, err
+}
+
+func startExclusive(ctx context.Context, co *debounce.Coalescer, pub debounce.Publisher, job *Job, maxDeliver int, retryIn time.Duration) (Started, error) {
 	if _, exclusive := co.Lease(job.Type); !exclusive {
 		return startDelivery(ctx, co, pub, job, maxDeliver, retryIn)
 	}
@@ -87,6 +114,14 @@ func StartDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Pub
 	// backstop counts.
 	owner := newOwner()
 	kl, err := co.TakeKey(ctx, job.Job, owner)
+	if err != nil && job.Token == 0 {
+		// Published without a reservation because Redis was down (fail
+		// open): it runs without the lease too, rather than wait for
+		// Redis; its policy chose availability.
+		s, serr := startDelivery(ctx, co, pub, job, maxDeliver, retryIn)
+		s.Note = "an exclusive job published without a reservation (fail open) runs without its key's lease: Redis is unavailable"
+		return s, serr
+	}
 	if err != nil {
 		return Started{}, err
 	}

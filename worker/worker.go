@@ -88,6 +88,7 @@ const (
 	JobDuplicateBusy JobResult = "duplicate_running" // the run-once guard found it running elsewhere: delivered again later
 	JobReleaseFailed JobResult = "release_failed"    // Redis could not close the round: delivered again
 	JobKeyBusy       JobResult = "key_busy"          // an exclusive key's other job runs: delivered again shortly, no attempt
+	JobOtherStore    JobResult = "other_store"       // reserved in another Redis than this worker's: not run, left for another worker
 )
 
 // Hooks are called for what is worth counting; nil funcs are skipped.
@@ -464,9 +465,13 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 	case StartRetry:
 		dropClaim()
 		_ = msg.NakWithDelay(started.Delay)
-		if started.Result == JobKeyBusy {
+		switch started.Result {
+		case JobKeyBusy:
 			log.DebugContext(ctx, "worker: the job's key is busy; it waits", "retry_in", started.Delay)
 			return JobKeyBusy
+		case JobOtherStore:
+			log.ErrorContext(ctx, "worker: not running a job reserved in another Redis; left for a worker connected to the daemon's", "reason", started.Reason)
+			return JobOtherStore
 		}
 		log.WarnContext(ctx, "worker: the job waits", "reason", started.Reason, "retry_in", started.Delay)
 		return JobRetry
@@ -483,6 +488,9 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		return JobDead
 	}
 	log = log.With("attempt", job.Attempt)
+	if started.Note != "" {
+		log.WarnContext(ctx, "worker: "+started.Note)
+	}
 	if started.Lease != "" {
 		// Given up once the job is finished and acked (or sent back).
 		defer w.releaseKey(job, started.Lease, log)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/coalesce-io/coalesce/internal/config"
@@ -53,11 +54,20 @@ func (s *serverFlags) load() (*config.Config, error) {
 
 // localDaemonServers points a client command with no servers configured at
 // the embedded servers of a `coalesce serve` on this machine.
-func localDaemonServers(cfg *config.Config) {
-	if cfg.UsesEmbedded() {
-		cfg.Redis.URL = "redis://" + cfg.Embedded.RedisListen + "/0"
-		cfg.NATS.URLs = []string{"nats://" + cfg.Embedded.NATSListen}
+// It reads where they listen from the data folder's servers file (written
+// by serve, so a daemon moved with --redis-listen or --nats-listen is
+// found), else takes the default addresses. It returns where it looked.
+func localDaemonServers(cfg *config.Config) string {
+	if !cfg.UsesEmbedded() {
+		return ""
 	}
+	if f, err := daemon.ReadServersFile(cfg.Embedded.DataDir); err == nil {
+		cfg.Redis.URL, cfg.NATS.URLs = f.Redis, []string{f.NATS}
+		return filepath.Join(cfg.Embedded.DataDir, daemon.ServersFileName)
+	}
+	cfg.Redis.URL = "redis://" + cfg.Embedded.RedisListen + "/0"
+	cfg.NATS.URLs = []string{"nats://" + cfg.Embedded.NATSListen}
+	return "the default addresses"
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {

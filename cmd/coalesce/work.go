@@ -61,8 +61,11 @@ COALESCE_POST_TOKEN set, Authorization: Bearer <it>; with COALESCE_POST_SECRET,
 Coalesce-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">.
 
 With no servers configured it connects to a local ` + "`coalesce serve`" + `'s
-development servers (127.0.0.1:6379 and 127.0.0.1:4222). Give it the same
---config as the daemon so it knows the policies (dedup until success needs it).`
+development servers: where ./coalesce-data/servers.json (embedded.data_dir)
+says they listen, else 127.0.0.1:6379 and 127.0.0.1:4222. Give it the same
+--config as the daemon so it knows the policies (dedup until success needs it).
+A job reserved in another Redis than the worker's (its store identity
+differs) is not run: the worker logs both and leaves it for another worker.`
 
 func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("work", workSynopsis, stderr)
@@ -108,7 +111,9 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	localDaemonServers(cfg)
+	if from := localDaemonServers(cfg); from != "" {
+		log.Info("no servers configured: using the local coalesce serve's embedded servers", "from", from, "redis", cfg.Redis.URL, "nats", cfg.NATS.URLs[0])
+	}
 	m := daemon.NewMetrics(append(cfg.Types(), types...)...)
 	onPush = m.OnPush
 	conns, err := daemon.Connect(ctx, cfg, log, m, false)

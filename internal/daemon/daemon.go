@@ -5,6 +5,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,6 +60,11 @@ func reap(ctx context.Context, co *debounce.Coalescer, every, repairAfter time.D
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		// A Redis that lost its data gets an identity again, so workers
+		// run the jobs of rounds opened from now on (store.go).
+		if _, err := co.EnsureStore(ctx); err != nil {
+			log.Warn("reaper: could not read or write the store identity", "err", err)
 		}
 		rep, err := r.Pass(ctx)
 		if err != nil {
@@ -140,6 +146,9 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		}
 		c.Dev = dev
 		redisURL, natsURLs = dev.RedisURL, []string{dev.NATSURL}
+		if err := WriteServersFile(cfg.Embedded.DataDir, ServersFile{Redis: dev.RedisURL, NATS: dev.NATSURL}); err != nil {
+			log.Warn("embedded: could not write where the servers listen; coalesce work will look at the default addresses", "err", err)
+		}
 		log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis), both kept in the data folder: schedules in the NATS store, reservations in a snapshot written every second and at a graceful stop (a SIGKILL loses the reservations changed since the last snapshot, about a second's worth)",
 			"nats", dev.NATSURL, "redis", dev.RedisURL, "data_dir", cfg.Embedded.DataDir)
 		log.Warn("for production point coalesce at real servers: --redis redis://host:6379/0 --nats nats://host:4222 (NATS 2.12 or later, Redis 7 with maxmemory-policy noeviction), or redis/nats in the config file")
@@ -309,6 +318,11 @@ func Run(ctx context.Context, o Options) error {
 		checks["stream"] = err
 		return checks
 	}
+	if st, err := c.Coalescer.EnsureStore(ctx); err != nil {
+		log.Warn("the store identity could not be read or written; jobs go without one until it can", "err", err)
+	} else {
+		log.Info("store", "id", st.ID, "created", time.UnixMilli(st.Created).UTC().Format(time.RFC3339), "redis", st.Addr)
+	}
 	proto := NewProtocol(ProtocolConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, MaxDeliver: cfg.Worker.MaxDeliver, Metrics: m, Logger: log})
 	if err := proto.Subscribe(c.NATS, c.Publisher.Subjects().Prefix); err != nil {
 		return err
@@ -399,4 +413,34 @@ func streamStorage(s string) jetstream.StorageType {
 		return jetstream.MemoryStorage
 	}
 	return jetstream.FileStorage
+}
+
+// ServersFileName is the file in the embedded data folder that says where
+// the embedded servers listen, so that `coalesce work` and the other client
+// commands find them when --nats-listen or --redis-listen moved them.
+const ServersFileName = "servers.json"
+
+// ServersFile is its content.
+type ServersFile struct {
+	Redis string `json:"redis"` // redis://host:port/0
+	NATS  string `json:"nats"`  // nats://host:port
+}
+
+// WriteServersFile writes dir's servers file.
+func WriteServersFile(dir string, f ServersFile) error {
+	b, _ := json.Marshal(f)
+	return os.WriteFile(filepath.Join(dir, ServersFileName), append(b, '\n'), 0o644)
+}
+
+// ReadServersFile reads dir's servers file.
+func ReadServersFile(dir string) (ServersFile, error) {
+	var f ServersFile
+	b, err := os.ReadFile(filepath.Join(dir, ServersFileName))
+	if err != nil {
+		return f, err
+	}
+	if err := json.Unmarshal(b, &f); err != nil || f.Redis == "" || f.NATS == "" {
+		return f, fmt.Errorf("%s: not a servers file", filepath.Join(dir, ServersFileName))
+	}
+	return f, nil
 }

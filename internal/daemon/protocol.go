@@ -112,7 +112,7 @@ var protocolHeaders = func() map[string]string {
 	m := map[string]string{}
 	for _, h := range []string{publisher.HeaderType, publisher.HeaderKey, publisher.HeaderFingerprint, publisher.HeaderRound,
 		publisher.HeaderMode, publisher.HeaderPayload, publisher.HeaderOpenedAt, publisher.HeaderDueAt, publisher.HeaderTTL,
-		publisher.HeaderVersion, publisher.HeaderTraceParent, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
+		publisher.HeaderVersion, publisher.HeaderTraceParent, publisher.HeaderStore, publisher.HeaderStoreAddr, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
 		m[textproto.CanonicalMIMEHeaderKey(h)] = h
 	}
 	return m
