@@ -37,13 +37,28 @@ type Store struct {
 
 // storeState caches this Coalescer's store identity.
 type storeState struct {
-	p      atomic.Pointer[Store]
-	failed atomic.Int64 // unix ns of the last failed read: not retried for storeRetry
+	p          atomic.Pointer[Store]
+	at         atomic.Int64 // unix ns of the last read
+	failed     atomic.Int64 // unix ns of the last failed read: not retried for storeRetry
+	refreshing atomic.Bool
 }
 
-// storeRetry spaces the reads of an identity Redis could not give: during
-// an outage a publish (fail open) must not wait for Redis each time.
-const storeRetry = 5 * time.Second
+const (
+	// storeRetry spaces the reads of an identity Redis could not give:
+	// during an outage a publish (fail open) must not wait for Redis each
+	// time.
+	storeRetry = 5 * time.Second
+	// storeRefresh: the cached identity is read again in the background
+	// this often, so a Redis that lost its data (and got a new identity)
+	// stamps its new jobs with it soon.
+	storeRefresh = 10 * time.Second
+	// StoreStaleness is how long before a job's round opened its Redis's
+	// identity may have been written and the job still count as that
+	// Redis's: its producer stamped the identity it had cached (read at
+	// most storeRefresh before). A Redis that has had another identity for
+	// longer is another Redis.
+	StoreStaleness = 3 * storeRefresh
+)
 
 // EnsureStore returns the store identity of the Coalescer's Redis, writing
 // a new one if it has none (a new Redis, or one that lost its data).
@@ -59,6 +74,7 @@ func (c *Coalescer) EnsureStore(ctx context.Context) (Store, error) {
 		return Store{}, fmt.Errorf("%w: store identity at %s%s is not coalesce's: %q", ErrStoreUnavailable, c.prefix, StoreKey, raw)
 	}
 	c.store.p.Store(&s)
+	c.store.at.Store(time.Now().UnixNano())
 	return s, nil
 }
 
@@ -66,6 +82,14 @@ func (c *Coalescer) EnsureStore(ctx context.Context) (Store, error) {
 // nil if Redis cannot say (the job then goes without one: a worker runs it).
 func (c *Coalescer) storeOf(ctx context.Context) *Store {
 	if s := c.store.p.Load(); s != nil {
+		if time.Since(time.Unix(0, c.store.at.Load())) > storeRefresh && c.store.refreshing.CompareAndSwap(false, true) {
+			go func() {
+				defer c.store.refreshing.Store(false)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_, _ = c.EnsureStore(ctx)
+			}()
+		}
 		return s
 	}
 	if time.Since(time.Unix(0, c.store.failed.Load())) < storeRetry {
@@ -104,11 +128,13 @@ var ErrOtherStore = errors.New("the job was reserved in another Redis")
 
 // CheckStore compares the store a job was reserved in with this
 // Coalescer's Redis: a worker runs the job only if they agree. A store
-// created after the job's round opened is taken as the same Redis after a
-// data loss (the job runs, its round missing, as at-least-once asks); a
-// store that existed before, with another id, is another Redis; none at
-// all is a Redis no producer has used (the daemon writes its identity
-// again within a reaper pass after a data loss).
+// created after the job's round opened (or up to StoreStaleness before: its
+// producer may have stamped the identity it had cached) is taken as the
+// same Redis after a data loss (the job runs, its round missing, as
+// at-least-once asks); a store that had another id for longer is another
+// Redis; none at all is a Redis no producer has used (a producer writes
+// its identity again within storeRefresh after a data loss, the daemon
+// within a reaper pass).
 func (c *Coalescer) CheckStore(ctx context.Context, job Job) (StoreCheck, error) {
 	if job.Store == "" || job.Token == 0 {
 		// No store said, or a job published without a reservation (fail
@@ -131,7 +157,7 @@ func (c *Coalescer) CheckStore(ctx context.Context, job Job) (StoreCheck, error)
 	switch {
 	case mine.ID == job.Store:
 		return StoreCheck{OK: true, Mine: mine}, nil
-	case mine.Created > job.OpenedAt.UnixMilli():
+	case mine.Created > job.OpenedAt.Add(-StoreStaleness).UnixMilli():
 		return StoreCheck{OK: true, Mine: mine, Note: fmt.Sprintf("the job's store %s was replaced by %s at %s after its round opened: Redis lost its data; the job runs without its round",
 			job.Store, mine.ID, time.UnixMilli(mine.Created).UTC().Format(time.RFC3339))}, nil
 	}

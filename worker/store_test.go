@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,8 +25,9 @@ func TestWorkerOnAnotherRedisDoesNotRun(t *testing.T) {
 	producer := newStackWith(t, nats, testenv.NewRedis(t).Client(t), nil, policy)
 	wrong := newStackWith(t, nats, testenv.NewRedis(t).Client(t), func(c *debounce.Config) { c.Prefix = producer.prefix }, policy)
 	ctx := context.Background()
-	// The wrong Redis has been used by a daemon of its own.
-	if _, err := wrong.co.EnsureStore(ctx); err != nil {
+	// The wrong Redis has been used by a daemon of its own, for an hour.
+	old := fmt.Sprintf(`{"id":"0123456789abcdef","created":%d,"addr":"elsewhere:6379"}`, time.Now().Add(-time.Hour).UnixMilli())
+	if err := wrong.rdb.Set(ctx, producer.prefix+debounce.StoreKey, old, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	producer.submit(t, "report", `{"k":1,"n":1}`)
@@ -81,5 +83,46 @@ func TestWorkerRunsAfterItsRedisLostItsData(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the job of a Redis that lost its data never ran")
+	}
+}
+
+// TestWorkerRunsAJobStampedWithAStaleStore is what the chaos short form's
+// 6a found (a Redis restarted without persistence, two producers): another
+// process wrote the Redis's new identity after the data loss while this
+// producer still stamped its jobs with the identity it had cached. Such a
+// job, whose round is in this very Redis, must run: it waited forever as
+// "another store" on 3391ffa.
+func TestWorkerRunsAJobStampedWithAStaleStore(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.NewRedis(t).Client(t)
+	nats := testenv.NATS(t)
+	policy := debounce.Policy{Type: "report", Mode: debounce.ModeDebounce, Window: time.Second, KeyFields: []string{"k"}}
+	s := newStackWith(t, nats, rdb, nil, policy)
+	other := newStackWith(t, nats, rdb, func(c *debounce.Config) { c.Prefix = s.prefix }, policy)
+	ctx := context.Background()
+	s.submit(t, "report", `{"k":0}`) // s caches the identity
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.co.EnsureStore(ctx); err != nil { // another producer's new identity
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	s.submit(t, "report", `{"k":1}`) // stamped with s's cached, now stale, identity
+	got := make(chan *worker.Job, 4)
+	s.run(t, func(_ context.Context, j *worker.Job) error { got <- j; return nil }, worker.Config{Types: []string{"report"}})
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case j := <-got:
+			if string(j.Args) == `{"k":1}` {
+				if j.Release != debounce.ReleaseReleased {
+					t.Errorf("release %s, want released (its round is in this Redis)", j.Release)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("a job stamped with its Redis's previous identity never ran")
+		}
 	}
 }
