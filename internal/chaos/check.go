@@ -495,3 +495,65 @@ func dupCause(a, b *round, in Input) string {
 	}
 	return CauseUnexplain
 }
+
+// Overlaps finds, for the job types with exclusive keys, jobs of one key
+// whose handlers ran at the same time: each start paired with its end line
+// (a job whose worker was killed has none and is left out). An overlap
+// whose later job started within a Redis data loss, or within lease of
+// its end, is explained: the loss took the lease with it; so is one of a
+// job published without a reservation (fail open), which runs without the
+// lease when Redis is down.
+func Overlaps(starts, ends []JobStart, exclusive map[string]bool, loss []Interval, lease time.Duration) (checked, unexplained, explained int, detail []string) {
+	type run struct {
+		from, to int64
+		s        JobStart
+	}
+	id := func(j JobStart) string {
+		return fmt.Sprint(j.Worker, "/", j.PID, "/", j.Key, "/", j.Round, "/", j.Attempt, "/", j.At)
+	}
+	ended := map[string]int64{}
+	for _, e := range ends {
+		ended[id(e)] = e.End
+	}
+	byKey := map[string][]run{}
+	for _, s := range starts {
+		if end, ok := ended[id(s)]; ok && exclusive[s.Type] {
+			byKey[s.Type+"/"+s.Key] = append(byKey[s.Type+"/"+s.Key], run{s.At, end, s})
+			checked++
+		}
+	}
+	for key, rs := range byKey {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].from < rs[j].from })
+		for i := 1; i < len(rs); i++ {
+			prev := rs[i-1]
+			for k := 0; k < i-1; k++ { // the latest end before this one
+				if rs[k].to > prev.to {
+					prev = rs[k]
+				}
+			}
+			cur := rs[i]
+			if cur.from >= prev.to {
+				continue
+			}
+			cause := "UNEXPLAINED"
+			if prev.s.Round == "" || cur.s.Round == "" {
+				// Published without a reservation, Redis down (fail open):
+				// it runs without the key's lease, as documented.
+				cause = "fail-open bypass ran without the lease"
+			}
+			for _, l := range loss {
+				if cur.from >= l.From && cur.from <= l.To+int64(lease) {
+					cause = "redis data loss took the lease"
+				}
+			}
+			if cause == "UNEXPLAINED" {
+				unexplained++
+			} else {
+				explained++
+			}
+			addDetail(&detail, fmt.Sprintf("%s: %s/%d [%s, %s] and %s/%d from %s (%s)", key, prev.s.Worker, prev.s.Attempt, ms(prev.from), ms(prev.to),
+				cur.s.Worker, cur.s.Attempt, ms(cur.from), cause))
+		}
+	}
+	return checked, unexplained, explained, detail
+}

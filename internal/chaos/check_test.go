@@ -171,3 +171,29 @@ func TestCheckPayloads(t *testing.T) {
 		})
 	}
 }
+
+// TestOverlaps: two jobs of an exclusive key whose handlers ran at once are
+// an overlap, explained when the later one started within a Redis data loss
+// (plus a lease); a job with no end line (its worker killed) and the jobs
+// of other types are left out.
+func TestOverlaps(t *testing.T) {
+	const sec = int64(time.Second)
+	job := func(w string, key string, at int64) JobStart {
+		return JobStart{Worker: w, PID: 1, Type: "excl", Key: key, Round: w, Attempt: 1, At: at}
+	}
+	end := func(j JobStart, at int64) JobStart { j.End = at; return j }
+	a, b, c := job("a", "k1", 0), job("b", "k1", 2*sec), job("c", "k1", 3*sec)
+	d, e := job("d", "k2", 0), job("e", "k2", sec/2)
+	killed := job("f", "k2", sec/4)
+	other := JobStart{Worker: "g", PID: 1, Type: "fixed", Key: "k1", At: sec}
+	starts := []JobStart{a, b, c, d, e, killed, other}
+	ends := []JobStart{end(a, sec), end(b, 4*sec), end(c, 5*sec), end(d, sec), end(e, sec), end(other, 9*sec)}
+	checked, un, ex, detail := Overlaps(starts, ends, map[string]bool{"excl": true}, nil, 2*time.Second)
+	if checked != 5 || un != 2 || ex != 0 {
+		t.Errorf("checked %d, unexplained %d, explained %d (%v); want 5, 2 (b-c, d-e), 0", checked, un, ex, detail)
+	}
+	_, un, ex, _ = Overlaps(starts, ends, map[string]bool{"excl": true}, []Interval{{From: 2 * sec, To: 2*sec + sec/2}}, 2*time.Second)
+	if un != 1 || ex != 1 {
+		t.Errorf("with a Redis loss at 2 s: unexplained %d, explained %d; want 1 (d-e) and 1 (b-c)", un, ex)
+	}
+}

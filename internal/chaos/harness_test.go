@@ -30,7 +30,7 @@ import (
 )
 
 // Job types of the mixed workload, one policy each.
-var jobTypes = []string{"fixed", "extend", "accum", "dedup", "throttle"}
+var jobTypes = []string{"fixed", "extend", "accum", "dedup", "throttle", "excl"}
 
 // policyYAML is the configuration every process of a scenario reads.
 func policyYAML(sc scenario) string {
@@ -78,6 +78,13 @@ policies:
     window: %[3]s
     trailing: true
     key_fields: [tenant]
+    fail: %[1]s
+  excl:
+    mode: debounce
+    window: 1s
+    key_fields: [tenant]
+    exclusive: true
+    lease: 2s
     fail: %[1]s
 `, fail, maxWait, throttle)
 }
@@ -378,6 +385,7 @@ type env struct {
 
 	jobOffsets map[string]int64
 	starts     []JobStart
+	ends       []JobStart // the end lines of the jobs whose handler returned
 	badLines   int
 }
 
@@ -597,7 +605,11 @@ func (e *env) readJobs() {
 				e.badLines++
 				continue
 			}
-			e.starts = append(e.starts, s)
+			if s.End > 0 {
+				e.ends = append(e.ends, s)
+			} else {
+				e.starts = append(e.starts, s)
+			}
 		}
 		e.jobOffsets[f] = off + int64(end) + 1
 	}

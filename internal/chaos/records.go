@@ -44,4 +44,8 @@ type JobStart struct {
 	ItemList []string `json:"item_list,omitempty"`
 	// PayloadEID: the eid in the summary's payload (payload last).
 	PayloadEID string `json:"payload_eid,omitempty"`
+	// End, unix ns, is set on a job's second line, written as its handler
+	// returns (a job whose worker was killed has none): the same record
+	// otherwise, so the two pair up.
+	End int64 `json:"end,omitempty"`
 }

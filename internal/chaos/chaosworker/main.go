@@ -144,6 +144,12 @@ func run() error {
 			case <-ctx.Done():
 			}
 		}
+		rec.End = time.Now().UnixNano()
+		line, _ = json.Marshal(rec)
+		line = append(line, '\n')
+		mu.Lock()
+		_, _ = f.Write(line)
+		mu.Unlock()
 		return nil
 	}
 	log.Info("working", "types", *types, "name", *name)
