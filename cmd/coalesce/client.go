@@ -8,11 +8,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/coalesce-io/coalesce/internal/config"
 )
 
 // DefaultServer is where the client commands find the daemon.
@@ -20,26 +23,68 @@ const DefaultServer = "http://127.0.0.1:8080"
 
 // clientFlags are the flags of commands that talk to the daemon.
 type clientFlags struct {
-	server, token string
-	timeout       time.Duration
+	server, token, config string
+	timeout               time.Duration
+	resolved              bool
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.server, "server", envOr("COALESCE_SERVER", DefaultServer), "daemon URL (env COALESCE_SERVER)")
-	fs.StringVar(&c.token, "token", "", "bearer token (env COALESCE_TOKEN)")
+	fs.StringVar(&c.server, "server", "", "daemon URL (env COALESCE_SERVER; else from --config's http.listen; else "+DefaultServer+")")
+	fs.StringVar(&c.token, "token", "", "bearer token (env COALESCE_TOKEN; else --config's first http.tokens)")
+	fs.StringVar(&c.config, "config", "", "the daemon's configuration file: where it listens and its token")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "request timeout")
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
+// resolve settles the server and the token: the flag, else the
+// environment, else the configuration file, else the default.
+func (c *clientFlags) resolve() error {
+	if c.resolved {
+		return nil
 	}
-	return def
+	c.resolved = true
+	if c.server == "" {
+		c.server = os.Getenv("COALESCE_SERVER")
+	}
+	if c.token == "" {
+		c.token = os.Getenv("COALESCE_TOKEN")
+	}
+	if c.config != "" && (c.server == "" || c.token == "") {
+		cfg, err := config.Load(c.config, os.Getenv)
+		if err != nil {
+			return err
+		}
+		if c.server == "" {
+			c.server = listenURL(cfg.HTTP.Listen)
+		}
+		if c.token == "" && len(cfg.HTTP.Tokens) > 0 {
+			c.token = cfg.HTTP.Tokens[0]
+		}
+	}
+	if c.server == "" {
+		c.server = DefaultServer
+	}
+	return nil
+}
+
+// listenURL is the URL a client on this machine reaches a listen address
+// at: a wildcard host is the loopback.
+func listenURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://" + listen
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // do sends one request and returns the body of a 2xx answer; any other
 // answer is an error carrying the daemon's message.
 func (c *clientFlags) do(ctx context.Context, method, path, contentType string, body []byte) ([]byte, error) {
+	if err := c.resolve(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.server, "/")+path, bytes.NewReader(body))
@@ -49,12 +94,8 @@ func (c *clientFlags) do(ctx context.Context, method, path, contentType string, 
 	if body != nil {
 		req.Header.Set("Content-Type", contentType)
 	}
-	tok := c.token
-	if tok == "" {
-		tok = os.Getenv("COALESCE_TOKEN")
-	}
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

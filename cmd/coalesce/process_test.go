@@ -384,3 +384,74 @@ func TestVersion(t *testing.T) {
 		t.Errorf("help is not aligned:\n%s", out)
 	}
 }
+
+// TestWorkFindsAMovedEmbeddedDaemon is issue 15's first finding: with the
+// embedded servers moved (--redis-listen, --nats-listen), `coalesce work`
+// with no server flags connected to the default 6379 — an unrelated Redis
+// — and ran jobs without their rounds. It now reads where the daemon's
+// servers listen from the data folder and runs the job with its round.
+func TestWorkFindsAMovedEmbeddedDaemon(t *testing.T) {
+	t.Parallel()
+	sd := serveEmbedded(t, processConfig) // on free ports, its data in sd.dir/data
+	dataDir := filepath.Join(sd.dir, "data")
+	if _, err := os.Stat(filepath.Join(dataDir, "servers.json")); err != nil {
+		t.Fatalf("serve wrote no servers file in its data folder: %v", err)
+	}
+	workCfg := filepath.Join(sd.dir, "work.yaml")
+	if err := os.WriteFile(workCfg, []byte(processConfig+"embedded:\n  data_dir: "+dataDir+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	jobs := filepath.Join(sd.dir, "jobs.ndjson")
+	work := start(t, "work", "--config", workCfg, "--type", "recompute_financials", "--exec", "cat >> "+jobs+"; echo >> "+jobs)
+	code, out, stderr := runBin(t, `{"type":"recompute_financials","args":{"tenant_id":1}}`+"\n", "submit", "--server", sd.base)
+	if code != 0 || !strings.Contains(out, `"scheduled"`) {
+		t.Fatalf("submit: %d %s %s", code, out, stderr)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		raw, _ := os.ReadFile(jobs)
+		if bytes.Contains(raw, []byte(`"release":"released"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no job with its round within 15 s: %q\nwork:\n%s", raw, work.out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(work.out.String(), "servers.json") {
+		t.Errorf("work does not say where it found the servers:\n%s", work.out.String())
+	}
+}
+
+// TestClientCommandsReadTheConfig: submit, explain, inspect and cancel take
+// the daemon's --config for where it listens and its token (issue 15: it
+// was "flag provided but not defined: -config"); --server and the token
+// variable still override it.
+func TestClientCommandsReadTheConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	listen := freeAddr(t)
+	cfgPath := filepath.Join(dir, "coalesce.yaml")
+	cfg := processConfig + "http:\n  listen: " + listen + "\n  tokens: [s3cret-token]\n"
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	serve := start(t, "serve", "--config", cfgPath, "--nats-listen", freeAddr(t), "--redis-listen", freeAddr(t), "--data", filepath.Join(dir, "data"))
+	waitHTTP(t, "http://"+listen+"/healthz", serve)
+	ev := []string{"--type", "notify", "--args", `{"user_id":1,"comment_id":2}`}
+	for _, cmd := range []string{"submit", "explain", "inspect", "cancel"} {
+		code, out, stderr := runBin(t, "", append([]string{cmd, "--config", cfgPath}, ev...)...)
+		if code != 0 {
+			t.Errorf("%s --config: exit %d, %s %s", cmd, code, out, stderr)
+		}
+	}
+	// The flag overrides the file: a wrong token is refused.
+	code, _, stderr := runBin(t, "", append([]string{"submit", "--config", cfgPath, "--token", "wrong"}, ev...)...)
+	if code != 1 || !strings.Contains(stderr, "401") {
+		t.Errorf("submit with a wrong --token over the file's: exit %d, %s", code, stderr)
+	}
+	code, _, stderr = runBin(t, "", append([]string{"submit", "--config", filepath.Join(dir, "missing.yaml")}, ev...)...)
+	if code == 0 || !strings.Contains(stderr, "missing.yaml") {
+		t.Errorf("submit with a missing --config: exit %d, %s", code, stderr)
+	}
+}
