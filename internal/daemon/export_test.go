@@ -1,6 +1,9 @@
 package daemon
 
 import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -19,3 +22,24 @@ func IngestCount(m *Metrics, source, result string) float64 {
 // SetMaxAckPending gives the intake's consumers n pending acks at most
 // instead of 16,384, so a test fills them with a few events.
 func SetMaxAckPending(cfg *IngestConfig, n int) { cfg.maxAckPending = n }
+
+// MetricNames are the names of every series m registers (histograms
+// without their _bucket, _sum and _count).
+func MetricNames(m *Metrics) map[string]bool {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, c := range m.collectors() {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	out := map[string]bool{}
+	for d := range ch {
+		s := d.String() // Desc{fqName: "coalesce_events_total", ...}
+		if i := strings.Index(s, `fqName: "`); i >= 0 {
+			name := s[i+len(`fqName: "`):]
+			out[name[:strings.IndexByte(name, '"')]] = true
+		}
+	}
+	return out
+}

@@ -91,12 +91,16 @@ func NewMetrics(types ...string) *Metrics {
 	m.keyWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coalesce_key_wait_seconds",
 		Help:    "How long an exclusive job waited for its key (another job of the key running), observed as it starts.",
 		Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800}}, []string{"type"})
-	for _, c := range []prometheus.Collector{m.keyWait, m.protocol, m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
-		m.roundEvents, m.roundAge, m.jobs, m.guard, m.ingest, m.cron, m.http,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})} {
+	for _, c := range append(m.collectors(), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})) {
 		f(c)
 	}
 	return m
+}
+
+// collectors are coalesce's own series.
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.keyWait, m.protocol, m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
+		m.roundEvents, m.roundAge, m.jobs, m.guard, m.ingest, m.cron, m.http}
 }
 
 // typ is the label value of a job type.
