@@ -455,3 +455,17 @@ func TestClientCommandsReadTheConfig(t *testing.T) {
 		t.Errorf("submit with a missing --config: exit %d, %s", code, stderr)
 	}
 }
+
+// TestServeNamesTheFlagInErrors: a bad --redis is reported as --redis, not
+// as the COALESCE_REDIS_URL variable the user never set (issue 15).
+func TestServeNamesTheFlagInErrors(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runBin(t, "", "serve", "--redis", "redis://127.0.0.1:notaport/0", "--nats", "nats://127.0.0.1:1")
+	if code == 0 || !strings.Contains(stderr, "--redis: redis.url: not a Redis URL") || strings.Contains(stderr, "COALESCE_REDIS_URL:") {
+		t.Errorf("serve with a bad --redis: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = runBin(t, "", "serve", "--redis", "redis://127.0.0.1:6399/0", "--nats", "tls://")
+	if code == 0 || !strings.Contains(stderr, "--nats") || strings.Contains(stderr, "COALESCE_NATS_URL:") {
+		t.Errorf("serve with a bad --nats: exit %d, %q", code, stderr)
+	}
+}

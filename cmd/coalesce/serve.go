@@ -34,10 +34,14 @@ func (s *serverFlags) load() (*config.Config, error) {
 			switch {
 			case k == "COALESCE_REDIS_URL" && s.redis != "":
 				return s.redis
+			case k == config.SourceOf("COALESCE_REDIS_URL") && s.redis != "":
+				return "--redis"
 			case k == "COALESCE_REDIS_ADDRS" && s.redis != "":
 				return ""
 			case k == "COALESCE_NATS_URL" && s.nats != "":
 				return s.nats
+			case k == config.SourceOf("COALESCE_NATS_URL") && s.nats != "":
+				return "--nats"
 			}
 			return os.Getenv(k)
 		}

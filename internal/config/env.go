@@ -116,6 +116,9 @@ func (d *decoder) applyEnv(c *Config, env func(string) string) error {
 		}
 		o.apply(c, v)
 		d.env[o.path] = o.Name
+		if label := env(SourceOf(o.Name)); label != "" {
+			d.env[o.path] = label // a command-line flag, not the variable
+		}
 		switch o.path {
 		case "redis.addrs":
 			d.addrsPath = o.path
@@ -200,3 +203,10 @@ func checkEnvList(o envOverride, v string) error {
 	}
 	return nil
 }
+
+// SourceOf is the name a Load env function answers with the source of an
+// override it gives for the variable name, when that is not the
+// environment: a command line passing --redis as COALESCE_REDIS_URL
+// answers SourceOf("COALESCE_REDIS_URL") with "--redis", and errors about
+// the value then name the flag.
+func SourceOf(name string) string { return "coalesce-source-of:" + name }
