@@ -6,7 +6,9 @@ import (
 )
 
 // TestExample runs the example on in-process servers: run fails unless the
-// 1,400 events became exactly one job per tenant covering all its events.
+// 1,400 events became one job per round, each event in exactly one job
+// (under -race on a loaded machine the burst may outlast the 2 s window, and
+// a tenant then has two rounds).
 func TestExample(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
@@ -15,7 +17,7 @@ func TestExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Count(out.String(), "job: recompute tenant"); got != 3 {
-		t.Errorf("%d jobs reported, want 3", got)
+	if got := strings.Count(out.String(), "job: recompute tenant"); got < 3 {
+		t.Errorf("%d jobs reported, want at least one per tenant", got)
 	}
 }
