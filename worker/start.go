@@ -90,12 +90,16 @@ func StartDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Pub
 	// The job's Redis first: closing a round in another Redis finds it
 	// missing, runs the job without its data, and leaves the real round
 	// open for events whose job already ran.
-	sc, err := co.CheckStore(ctx, job.Job)
-	if errors.Is(err, debounce.ErrOtherStore) {
-		return Started{Action: StartRetry, Result: JobOtherStore, Delay: otherStoreWait, Reason: err.Error()}, nil
-	}
-	if err != nil {
-		return Started{}, err
+	var sc debounce.StoreCheck
+	if job.Replay == "" { // a replay has no round left, in any Redis
+		var err error
+		sc, err = co.CheckStore(ctx, job.Job)
+		if errors.Is(err, debounce.ErrOtherStore) {
+			return Started{Action: StartRetry, Result: JobOtherStore, Delay: otherStoreWait, Reason: err.Error()}, nil
+		}
+		if err != nil {
+			return Started{}, err
+		}
 	}
 	s, err := startExclusive(ctx, co, pub, job, maxDeliver, retryIn)
 	if sc.Note != "" {
@@ -141,6 +145,15 @@ func startExclusive(ctx context.Context, co *debounce.Coalescer, pub debounce.Pu
 }
 
 func startDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Publisher, job *Job, maxDeliver int, retryIn time.Duration) (Started, error) {
+	if job.Replay != "" {
+		// A dead letter replayed: its round ended when it died; it runs
+		// with the summary the dead letter kept, attempts counted afresh.
+		job.Release = ReleaseReplayed
+		if job.Attempt > maxDeliver {
+			return Started{Action: StartDead, Reason: fmt.Sprintf("replayed, then started %d times without finishing", job.Attempt-1)}, nil
+		}
+		return Started{Action: StartRun}, nil
+	}
 	deliveries := job.Attempt
 	rel, err := co.Start(ctx, job.Job)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,25 @@ type Job struct {
 	// debounce.Release.Starts), so a delivery that died unstarted in a
 	// killed worker is no attempt; otherwise it is the delivery number.
 	Attempt int
+	// Replay is set on a dead letter replayed (coalesce dead replay): the
+	// dead letter's stream sequence. Such a job runs with the summary its
+	// dead letter kept and release "replayed", without its round.
+	Replay string
+}
+
+// ReleaseReplayed is the Release of a replayed dead letter.
+const ReleaseReplayed debounce.ReleaseResult = "replayed"
+
+// ReplayOf reads a job message's replay headers: the dead letter's
+// sequence ("" when it is no replay) and the summary it kept.
+func ReplayOf(h map[string][]string) (string, debounce.Summary) {
+	var sum debounce.Summary
+	hh := nats.Header(h)
+	seq := hh.Get(HeaderReplay)
+	if seq != "" {
+		_ = json.Unmarshal([]byte(hh.Get(HeaderSummary)), &sum)
+	}
+	return seq, sum
 }
 
 // Handler runs one job. Return nil when done; an error to retry later (with
@@ -402,10 +422,11 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, h Handler) {
 	}
 	dj, err := publisher.DecodeJob(msg.Headers(), msg.Data())
 	if err != nil {
-		w.deadLetter(ctx, msg, "", fmt.Errorf("undecodable job: %w", err), debounce.Summary{})
+		w.deadLetter(ctx, msg, "", fmt.Errorf("undecodable job: %w", err), debounce.Summary{}, attempt)
 		return
 	}
 	job := &Job{Job: dj, Attempt: attempt}
+	job.Replay, job.Summary = ReplayOf(msg.Headers())
 	result := w.run(ctx, msg, job, h)
 	if w.cfg.Hooks.Job != nil {
 		w.cfg.Hooks.Job(job.Type, result, job.Release, time.Since(start))
@@ -627,18 +648,23 @@ func (w *Worker) final(ctx context.Context, msg jetstream.Msg, job *Job, cause e
 	}
 	w.finish(ctx, job, false, true, log)
 	log.ErrorContext(ctx, "worker: job failed for the last time; dead-lettered", "err", cause)
-	w.deadLetter(ctx, msg, job.Type, cause, job.Summary)
+	w.deadLetter(ctx, msg, job.Type, cause, job.Summary, job.Attempt)
 }
 
 // Headers of a dead letter.
 const (
 	HeaderError   = "Coalesce-Error"   // why it died
 	HeaderSummary = "Coalesce-Summary" // its round's summary as JSON, when it fits in 64 KiB
+	// HeaderReplay marks a dead letter published again to run once more:
+	// the dead letter's stream sequence (coalesce dead replay).
+	HeaderReplay = "Coalesce-Replay"
+	// HeaderAttempts: the attempts it had.
+	HeaderAttempts = "Coalesce-Attempts"
 )
 
 // deadLetter copies the message to the dead-letter subject with the reason,
 // then terminates it. If the copy fails the message is left for redelivery.
-func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType string, cause error, sum debounce.Summary) {
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType string, cause error, sum debounce.Summary, attempts int) {
 	if jobType == "" {
 		jobType = msg.Headers().Get(publisher.HeaderType)
 		if jobType == "" {
@@ -657,6 +683,7 @@ func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType stri
 		reason = reason[:1024]
 	}
 	dead.Header.Set(HeaderError, strings.ReplaceAll(reason, "\n", " "))
+	dead.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
 	if sum.Events > 0 {
 		if b, err := json.Marshal(sum); err == nil && len(b) <= 64<<10 {
 			dead.Header.Set(HeaderSummary, string(b))

@@ -53,6 +53,7 @@ func commands() []command {
 		{"inspect", "show the round pending for a key", runInspect},
 		{"cancel", "cancel the round pending for a key", runCancel},
 		{"work", "run jobs with a command (job JSON on stdin) or an HTTP handler (--post), any language", runWork},
+		{"dead", "list, show, replay or purge dead letters", runDead},
 		{"dedupe-stream", "remove duplicate pending jobs from an already flooded stream (dry run by default)", runDedupeStream},
 		{"bench", "load-generate events and report throughput, latency, Redis CPU and memory", runBench},
 		{"fingerprint", "print the fp1 fingerprint of job args (one, or NDJSON from stdin)", runFingerprint},

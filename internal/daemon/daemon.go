@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/internal/config"
 	"github.com/coalesce-io/coalesce/internal/devservers"
 	"github.com/coalesce-io/coalesce/publisher"
@@ -328,7 +329,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer proto.Stop()
-	api := NewAPI(APIConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, Protocol: proto, Ready: ready, Tokens: cfg.HTTP.Tokens,
+	dead := &admin.Dead{JS: c.JetStream, Stream: c.Publisher.Stream(), Subjects: c.Publisher.Subjects()}
+	api := NewAPI(APIConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, Protocol: proto, Dead: dead, Ready: ready, Tokens: cfg.HTTP.Tokens,
 		BodyLimit: cfg.HTTP.BodyLimit, Metrics: m, PublicMetrics: cfg.HTTP.PublicMetrics, Logger: log,
 		WriteTimeout: cfg.HTTP.WriteTimeout, ReadTimeout: cfg.HTTP.ReadTimeout})
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/fingerprint"
 	"github.com/coalesce-io/coalesce/publisher"
 )
@@ -45,6 +46,7 @@ type APIConfig struct {
 	Coalescer *debounce.Coalescer  // required
 	Publisher *publisher.Publisher // cancel purges the round's schedule; nil skips that
 	Protocol  *Protocol            // serves /v1/jobs/start and /v1/jobs/finish; nil: not served
+	Dead      *admin.Dead          // serves /v1/dead; nil: not served
 	Ready     func(ctx context.Context) map[string]error
 	Tokens    []string // bearer tokens; empty: no authentication
 	BodyLimit int64    // DefaultBodyLimit
@@ -150,6 +152,9 @@ func (a *API) Handler() http.Handler {
 	route("/v1/explain", "explain", []string{http.MethodPost}, a.postExplain, true)
 	route("/v1/rounds/{type}/{key}", "rounds", []string{http.MethodGet, http.MethodDelete}, a.round, true)
 	route("/v1/policies", "policies", []string{http.MethodGet}, a.getPolicies, true)
+	if a.cfg.Dead != nil {
+		a.deadRoutes(route)
+	}
 	if p := a.cfg.Protocol; p != nil {
 		route("/v1/jobs/start", "jobs_start", []string{http.MethodPost}, httpOp(a, p.Start), true)
 		route("/v1/jobs/progress", "jobs_progress", []string{http.MethodPost}, httpOp(a, p.Progress), true)

@@ -33,6 +33,7 @@ type Metrics struct {
 	push          *prometheus.CounterVec
 	protocol      *prometheus.CounterVec
 	keyWait       *prometheus.HistogramVec
+	dead          *prometheus.CounterVec
 
 	types map[string]bool // the job types a label may name
 }
@@ -91,6 +92,8 @@ func NewMetrics(types ...string) *Metrics {
 	m.keyWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coalesce_key_wait_seconds",
 		Help:    "How long an exclusive job waited for its key (another job of the key running), observed as it starts.",
 		Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800}}, []string{"type"})
+	m.dead = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_dead_letters_total",
+		Help: "Dead letters acted on through the API, by action (replayed, purged)."}, []string{"action"})
 	for _, c := range append(m.collectors(), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})) {
 		f(c)
 	}
@@ -99,7 +102,7 @@ func NewMetrics(types ...string) *Metrics {
 
 // collectors are coalesce's own series.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.keyWait, m.protocol, m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
+	return []prometheus.Collector{m.dead, m.keyWait, m.protocol, m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
 		m.roundEvents, m.roundAge, m.jobs, m.guard, m.ingest, m.cron, m.http}
 }
 

@@ -112,7 +112,7 @@ var protocolHeaders = func() map[string]string {
 	m := map[string]string{}
 	for _, h := range []string{publisher.HeaderType, publisher.HeaderKey, publisher.HeaderFingerprint, publisher.HeaderRound,
 		publisher.HeaderMode, publisher.HeaderPayload, publisher.HeaderOpenedAt, publisher.HeaderDueAt, publisher.HeaderTTL,
-		publisher.HeaderVersion, publisher.HeaderTraceParent, publisher.HeaderStore, publisher.HeaderStoreAddr, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
+		publisher.HeaderVersion, publisher.HeaderTraceParent, publisher.HeaderStore, publisher.HeaderStoreAddr, worker.HeaderReplay, worker.HeaderSummary, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
 		m[textproto.CanonicalMIMEHeaderKey(h)] = h
 	}
 	return m
@@ -139,7 +139,9 @@ func (p *Protocol) job(h nats.Header, body []byte) (*worker.Job, *apiError) {
 	if _, ok := p.cfg.Coalescer.Policy(dj.Type); !ok {
 		return nil, errf(http.StatusNotFound, "no_policy", "Coalesce-Type", "job type %q has no policy here: the daemon that starts a job needs its policy", dj.Type)
 	}
-	return &worker.Job{Job: dj, Attempt: 1}, nil
+	job := &worker.Job{Job: dj, Attempt: 1}
+	job.Replay, job.Summary = worker.ReplayOf(h)
+	return job, nil
 }
 
 // headerIn names the header a DecodeJob error is about.

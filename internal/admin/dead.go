@@ -1,0 +1,243 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/publisher"
+	"github.com/coalesce-io/coalesce/worker"
+)
+
+// Dead letters are the jobs a worker gave up on (publisher.Subjects.Dead:
+// <prefix>.dead.<type>, with Coalesce-Error and, when it fit,
+// Coalesce-Summary) and the stored events the durable intake could never
+// decide (<prefix>.dead._ingest.<type>). They stay in the job stream until
+// replayed or purged. Listing reads them by sequence without consuming
+// them (a work-queue stream deletes what a consumer acks).
+
+// DeadLetter is one dead letter.
+type DeadLetter struct {
+	Seq      uint64            `json:"seq"`
+	Subject  string            `json:"subject"`
+	Type     string            `json:"type"`
+	Key      string            `json:"key,omitempty"`
+	Round    string            `json:"round,omitempty"`
+	Reason   string            `json:"reason"`
+	Attempts int               `json:"attempts,omitempty"`
+	Stored   time.Time         `json:"stored"`
+	Age      string            `json:"age"`
+	Summary  *debounce.Summary `json:"summary,omitempty"`
+	Args     json.RawMessage   `json:"args,omitempty"`
+	Headers  map[string]string `json:"headers,omitempty"` // show only
+}
+
+// ErrNoDeadLetter: no dead letter at that sequence (of that type).
+var ErrNoDeadLetter = errors.New("no such dead letter")
+
+// Dead reads and acts on the dead letters of one stream.
+type Dead struct {
+	JS       jetstream.JetStream
+	Stream   string
+	Subjects publisher.Subjects
+}
+
+func (d Dead) stream(ctx context.Context) (jetstream.Stream, error) {
+	return d.JS.Stream(ctx, d.Stream)
+}
+
+// filter is the subject of jobType's dead letters; "" is every type's.
+func (d Dead) filter(jobType string) string {
+	if jobType == "" {
+		return d.deadPrefix() + ">"
+	}
+	return d.Subjects.Dead(jobType)
+}
+
+// deadPrefix is "<prefix>.dead.".
+func (d Dead) deadPrefix() string { return d.Subjects.Dead("") }
+
+// List returns up to limit dead letters of jobType ("" for all), oldest
+// first, optionally only those of round.
+func (d Dead) List(ctx context.Context, jobType, round string, limit int) ([]DeadLetter, error) {
+	s, err := d.stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []DeadLetter
+	for seq := uint64(1); len(out) < limit; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(d.filter(jobType)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return out, err
+		}
+		seq = m.Sequence + 1
+		dl := d.letter(m, false)
+		if round == "" || dl.Round == round {
+			out = append(out, dl)
+		}
+	}
+	return out, nil
+}
+
+// Show returns the dead letter at seq, headers and args included.
+func (d Dead) Show(ctx context.Context, seq uint64) (DeadLetter, error) {
+	m, err := d.get(ctx, seq)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	return d.letter(m, true), nil
+}
+
+func (d Dead) get(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	s, err := d.stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && !strings.HasPrefix(m.Subject, d.deadPrefix()) {
+		return nil, fmt.Errorf("%w at sequence %d of stream %s", ErrNoDeadLetter, seq, d.Stream)
+	}
+	return m, err
+}
+
+func (d Dead) letter(m *jetstream.RawStreamMsg, full bool) DeadLetter {
+	h := m.Header
+	dl := DeadLetter{Seq: m.Sequence, Subject: m.Subject, Type: h.Get(publisher.HeaderType), Key: h.Get(publisher.HeaderKey),
+		Round: h.Get(publisher.HeaderRound), Reason: h.Get(worker.HeaderError), Stored: m.Time.UTC(),
+		Age: time.Since(m.Time).Round(time.Second).String()}
+	if dl.Type == "" {
+		dl.Type = strings.TrimPrefix(m.Subject, d.deadPrefix())
+	}
+	if dl.Reason == "" {
+		dl.Reason = h.Get("Coalesce-Error-Code") // an intake dead letter
+	}
+	dl.Attempts, _ = strconv.Atoi(h.Get(worker.HeaderAttempts))
+	if dl.Attempts == 0 {
+		dl.Attempts, _ = strconv.Atoi(h.Get("Coalesce-Deliveries")) // an intake dead letter
+	}
+	if raw := h.Get(worker.HeaderSummary); raw != "" {
+		var sum debounce.Summary
+		if json.Unmarshal([]byte(raw), &sum) == nil {
+			dl.Summary = &sum
+		}
+	}
+	if full {
+		dl.Args = json.RawMessage(m.Data)
+		if !json.Valid(m.Data) {
+			dl.Args, _ = json.Marshal(string(m.Data))
+		}
+		dl.Headers = map[string]string{}
+		for k, v := range h {
+			dl.Headers[k] = strings.Join(v, ", ")
+		}
+	}
+	return dl
+}
+
+// Replay publishes the dead job at seq again, to its type's run subject,
+// with its headers and a Coalesce-Replay header (workers then run it once
+// more with the summary its dead letter kept, a fresh attempt count, and
+// without its round, which ended when the job died), then deletes the dead
+// letter. Replaying it twice is harmless: the replay's message id is the
+// dead letter's, so the stream keeps one within its duplicate window, and
+// the dead letter is gone after the first. A stored event the intake could
+// not decide (dead._ingest) is republished to the intake subject instead.
+func (d Dead) Replay(ctx context.Context, seq uint64) (string, error) {
+	m, err := d.get(ctx, seq)
+	if err != nil {
+		return "", err
+	}
+	out := nats.NewMsg("")
+	for k, v := range m.Header {
+		if strings.HasPrefix(k, "Nats-") || k == worker.HeaderError || k == worker.HeaderAttempts {
+			continue
+		}
+		out.Header[k] = v
+	}
+	out.Data = m.Data
+	out.Header.Set(jetstream.MsgIDHeader, "replay-"+d.Stream+"-"+strconv.FormatUint(seq, 10))
+	if orig := m.Header.Get("Coalesce-Ingest-Subject"); orig != "" {
+		out.Subject = orig
+		for _, k := range []string{"Coalesce-Error-Code", "Coalesce-Ingest-Subject", "Coalesce-Deliveries"} {
+			out.Header.Del(k)
+		}
+	} else {
+		dj, err := publisher.DecodeJob(m.Header, m.Data)
+		if err != nil {
+			return "", fmt.Errorf("dead letter %d: %w", seq, err)
+		}
+		out.Subject = d.Subjects.Run(dj.Type, dj.Key, dj.Token)
+		out.Header.Set(worker.HeaderReplay, strconv.FormatUint(seq, 10))
+	}
+	if _, err := d.JS.PublishMsg(ctx, out); err != nil {
+		return "", fmt.Errorf("replay of dead letter %d: %w", seq, err)
+	}
+	s, err := d.stream(ctx)
+	if err != nil {
+		return out.Subject, err
+	}
+	if err := s.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return out.Subject, fmt.Errorf("replayed to %s, but the dead letter %d could not be deleted (a second replay is deduplicated for the stream's duplicate window): %w", out.Subject, seq, err)
+	}
+	return out.Subject, nil
+}
+
+// Purge deletes the dead letter at seq, or (seq 0) every dead letter of
+// jobType (of round, if given); it returns how many went.
+func (d Dead) Purge(ctx context.Context, jobType, round string, seq uint64) (int, error) {
+	s, err := d.stream(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if seq != 0 {
+		if _, err := d.get(ctx, seq); err != nil {
+			return 0, err
+		}
+		return 1, s.DeleteMsg(ctx, seq)
+	}
+	if jobType == "" {
+		return 0, errors.New("purge needs a type (or a sequence)")
+	}
+	if round == "" {
+		before, err := d.count(ctx, s, jobType)
+		if err != nil {
+			return 0, err
+		}
+		return before, s.Purge(ctx, jetstream.WithPurgeSubject(d.filter(jobType)))
+	}
+	letters, err := d.List(ctx, jobType, round, 1<<20)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, dl := range letters {
+		if err := s.DeleteMsg(ctx, dl.Seq); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+func (d Dead) count(ctx context.Context, s jetstream.Stream, jobType string) (int, error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(d.filter(jobType)))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n, nil
+}
