@@ -153,10 +153,11 @@ type Config struct {
 
 // Worker consumes and runs jobs. Create it with New and start it with Run.
 type Worker struct {
-	cfg    Config
-	guards map[string]*guard
-	log    *slog.Logger
-	now    func() time.Time
+	cfg     Config
+	guards  map[string]*guard
+	log     *slog.Logger
+	now     func() time.Time
+	missing missingWatch
 }
 
 // New checks the configuration.
@@ -514,6 +515,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 		return JobDead
 	}
 	log = log.With("attempt", job.Attempt)
+	w.missing.note(job.Release, w.now(), w.log)
 	if started.Note != "" {
 		log.WarnContext(ctx, "worker: "+started.Note)
 	}
