@@ -469,3 +469,43 @@ func TestServeNamesTheFlagInErrors(t *testing.T) {
 		t.Errorf("serve with a bad --nats: exit %d, %q", code, stderr)
 	}
 }
+
+// TestServeRealRedisWithEmbeddedNATS: a user with only redis-server (whose
+// Debian nats-server is too old) runs `coalesce serve --redis URL`; it runs
+// the embedded NATS beside that Redis and says so, and `coalesce work`
+// with no server flags finds both. It was refused ("redis is configured
+// but nats is not").
+func TestServeRealRedisWithEmbeddedNATS(t *testing.T) {
+	t.Parallel()
+	rs := testenv.NewRedis(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "coalesce.yaml")
+	data := filepath.Join(dir, "data")
+	if err := os.WriteFile(cfgPath, []byte(processConfig+"embedded:\n  data_dir: "+data+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := freeAddr(t)
+	serve := start(t, "serve", "--config", cfgPath, "--redis", "redis://"+rs.Addr+"/0", "--http", httpAddr, "--nats-listen", freeAddr(t))
+	base := "http://" + httpAddr
+	waitHTTP(t, base+"/readyz", serve)
+	if !strings.Contains(serve.out.String(), "Redis is configured but NATS is not") {
+		t.Errorf("serve does not say it runs the embedded NATS beside the real Redis:\n%s", serve.out.String())
+	}
+	jobs := filepath.Join(dir, "jobs.ndjson")
+	work := start(t, "work", "--config", cfgPath, "--type", "recompute_financials", "--exec", "cat >> "+jobs+"; echo >> "+jobs)
+	if code, out, stderr := runBin(t, "", "submit", "--server", base, "--type", "recompute_financials", "--args", `{"tenant_id":3}`); code != 0 || !strings.Contains(out, "scheduled") {
+		t.Fatalf("submit: %d %s %s", code, out, stderr)
+	}
+	c := rs.Client(t)
+	if n, _ := c.DBSize(t.Context()).Result(); n == 0 {
+		t.Error("the round is not in the real Redis")
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if raw, _ := os.ReadFile(jobs); bytes.Contains(raw, []byte(`"release":"released"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no job with its round within 15 s\nwork:\n%s\nserve:\n%s", work.out.String(), serve.out.String())
+		}
+	}
+}

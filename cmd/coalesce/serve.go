@@ -65,13 +65,22 @@ func localDaemonServers(cfg *config.Config) string {
 	if !cfg.UsesEmbedded() {
 		return ""
 	}
+	// Only the halves that are not configured: a daemon on a real Redis
+	// with the embedded NATS (or the reverse) is found the same way.
+	redisURL := "redis://" + cfg.Embedded.RedisListen + "/0"
+	natsURL := "nats://" + cfg.Embedded.NATSListen
+	from := "the default addresses"
 	if f, err := daemon.ReadServersFile(cfg.Embedded.DataDir); err == nil {
-		cfg.Redis.URL, cfg.NATS.URLs = f.Redis, []string{f.NATS}
-		return filepath.Join(cfg.Embedded.DataDir, daemon.ServersFileName)
+		redisURL, natsURL = f.Redis, f.NATS
+		from = filepath.Join(cfg.Embedded.DataDir, daemon.ServersFileName)
 	}
-	cfg.Redis.URL = "redis://" + cfg.Embedded.RedisListen + "/0"
-	cfg.NATS.URLs = []string{"nats://" + cfg.Embedded.NATSListen}
-	return "the default addresses"
+	if cfg.EmbeddedRedis() {
+		cfg.Redis.URL = redisURL
+	}
+	if cfg.EmbeddedNATS() {
+		cfg.NATS.URLs = []string{natsURL}
+	}
+	return from
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {

@@ -274,12 +274,18 @@ func (c *Config) Types() []string {
 	return out
 }
 
-// UsesEmbedded reports whether neither Redis nor NATS is configured, so the
-// daemon runs its embedded development servers. (Load refuses a config with
-// only one of the two.)
-func (c *Config) UsesEmbedded() bool {
-	return !c.Redis.configured() && !c.NATS.configured()
-}
+// UsesEmbedded reports whether Redis or NATS is not configured, so the
+// daemon runs an embedded development server for what is missing (both,
+// or one beside the real other: EmbeddedRedis, EmbeddedNATS).
+func (c *Config) UsesEmbedded() bool { return c.EmbeddedRedis() || c.EmbeddedNATS() }
+
+// EmbeddedRedis reports whether no Redis is configured: the daemon runs an
+// in-process one.
+func (c *Config) EmbeddedRedis() bool { return !c.Redis.configured() }
+
+// EmbeddedNATS reports whether no NATS is configured: the daemon runs an
+// in-process JetStream server.
+func (c *Config) EmbeddedNATS() bool { return !c.NATS.configured() }
 
 func (r *Redis) configured() bool { return r.URL != "" || len(r.Addrs) > 0 }
 func (n *NATS) configured() bool  { return len(n.URLs) > 0 }

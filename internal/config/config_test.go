@@ -574,10 +574,6 @@ func TestLoadRefuses(t *testing.T) {
 			nil, `FILE:3: redis.db: 2 differs from database 1 in redis.url; set it in one place`},
 		{"bad cluster address", "redis:\n  addrs: ['r1:6379', 'r2']\nnats: {urls: [n]}\n",
 			nil, `FILE:2: redis.addrs[1]: "r2" is not host:port: missing port in address`},
-		{"only redis", "redis:\n  url: redis://localhost:6379\n",
-			nil, `FILE:2: redis.url: redis is configured but nats is not; set nats.urls (or COALESCE_NATS_URL) too, or neither to run the embedded servers`},
-		{"only nats", "nats:\n  url: nats://localhost:4222\n",
-			nil, `FILE:2: nats.url: nats is configured but redis is not; set redis.url or redis.addrs (or COALESCE_REDIS_URL) too, or neither to run the embedded servers`},
 		{"nats url and urls", "nats:\n  url: nats://a\n  urls: [nats://b]\n",
 			nil, `FILE:3: nats.urls: nats.url is set too; use one of url and urls`},
 		{"nats bad scheme", "redis: {url: 'redis://r'}\nnats:\n  urls: ['http://n:4222']\n",
@@ -606,8 +602,6 @@ func TestLoadRefuses(t *testing.T) {
 			nil, `FILE:4: nats.tls.cert_file: "` + ca + `" with "` + notPEM + `": tls: failed to find any PEM data in key input`},
 
 		// Environment.
-		{"env url only", "", map[string]string{"COALESCE_REDIS_URL": "redis://r"},
-			`COALESCE_REDIS_URL: redis.url: redis is configured but nats is not; set nats.urls (or COALESCE_NATS_URL) too, or neither to run the embedded servers`},
 		{"env bad url", "nats: {urls: [n]}\n", map[string]string{"COALESCE_REDIS_URL": "http://user:hunter2@r"},
 			`COALESCE_REDIS_URL: redis.url: not a Redis URL: invalid URL scheme: http (use e.g. redis://host:6379/0 or rediss://host:6380)`},
 		{"env url and addrs", "", map[string]string{"COALESCE_REDIS_URL": "redis://r", "COALESCE_REDIS_ADDRS": "a:1"},
@@ -981,4 +975,33 @@ func TestTaggedFieldsDecodeByType(t *testing.T) {
 		F float64 `yaml:"f"`
 	}
 	newDecoder("").tagged(&odd{})
+}
+
+// TestLoadHalfEmbedded: Redis without NATS, or NATS without Redis, is a
+// development setup, not an error (issue 15: a user with only
+// redis-server, whose Debian nats-server is too old, could not start):
+// the daemon runs the embedded server for the missing half only.
+func TestLoadHalfEmbedded(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, file             string
+		env                    map[string]string
+		embRedis, embNATS, any bool
+	}{
+		{"neither", "", nil, true, true, true},
+		{"only redis", "redis:\n  url: redis://localhost:6379\n", nil, false, true, true},
+		{"only nats", "nats:\n  url: nats://localhost:4222\n", nil, true, false, true},
+		{"env redis only", "", map[string]string{"COALESCE_REDIS_URL": "redis://r"}, false, true, true},
+		{"both", "redis: {url: redis://r}\nnats: {url: nats://n}\n", nil, false, false, false},
+	} {
+		path := writeConfig(t, c.file)
+		cfg, err := Load(path, func(k string) string { return c.env[k] })
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if cfg.EmbeddedRedis() != c.embRedis || cfg.EmbeddedNATS() != c.embNATS || cfg.UsesEmbedded() != c.any {
+			t.Errorf("%s: embedded redis %v, nats %v, any %v; want %v %v %v", c.name, cfg.EmbeddedRedis(), cfg.EmbeddedNATS(), cfg.UsesEmbedded(), c.embRedis, c.embNATS, c.any)
+		}
+	}
 }

@@ -26,7 +26,6 @@ func (d *decoder) validate(c *Config) error {
 	checks := []func(*Config) error{
 		d.validateRedis,
 		d.validateNATS,
-		d.validateBackends,
 		d.validateHTTP,
 		d.validateEmbedded,
 		d.validatePolicies,
@@ -269,22 +268,6 @@ func (d *decoder) checkTLS(path string, t TLS, on bool, howOn string) error {
 		if _, err := loadKeyPair(t.CertFile, t.KeyFile); err != nil {
 			return d.pathErr(d.child(path, "cert_file"), err, "%v", err)
 		}
-	}
-	return nil
-}
-
-// validateBackends refuses half an external setup: Redis without NATS or
-// NATS without Redis.
-func (d *decoder) validateBackends(c *Config) error {
-	switch r, n := c.Redis.configured(), c.NATS.configured(); {
-	case r && !n:
-		p := d.addrsPath
-		if c.Redis.URL != "" {
-			p = "redis.url"
-		}
-		return d.pathErr(p, nil, "redis is configured but nats is not; set nats.urls (or COALESCE_NATS_URL) too, or neither to run the embedded servers")
-	case n && !r:
-		return d.pathErr(d.urlsPath, nil, "nats is configured but redis is not; set redis.url or redis.addrs (or COALESCE_REDIS_URL) too, or neither to run the embedded servers")
 	}
 	return nil
 }

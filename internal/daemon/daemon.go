@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -133,12 +134,13 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	}
 	redisURL, natsURLs := cfg.Redis.URL, cfg.NATS.URLs
 	if cfg.UsesEmbedded() {
-		c.Embedded = true
+		c.Embedded = cfg.EmbeddedRedis() // the Redis is in-process (its client and persistence differ)
 		if err := os.MkdirAll(cfg.Embedded.DataDir, 0o755); err != nil {
 			return fail(fmt.Errorf("embedded: data folder %s: %w", cfg.Embedded.DataDir, err))
 		}
 		dev, err := devservers.Start(devservers.Options{NATSListen: cfg.Embedded.NATSListen, RedisListen: cfg.Embedded.RedisListen,
-			DataDir: cfg.Embedded.DataDir, Snapshot: filepath.Join(cfg.Embedded.DataDir, EmbeddedSnapshot), Logger: log})
+			DataDir: cfg.Embedded.DataDir, Snapshot: filepath.Join(cfg.Embedded.DataDir, EmbeddedSnapshot), Logger: log,
+			NoNATS: !cfg.EmbeddedNATS(), NoRedis: !cfg.EmbeddedRedis()})
 		if errors.Is(err, devservers.ErrAddrInUse) {
 			return fail(fmt.Errorf("%w; another server runs there: stop it, choose --nats-listen/--redis-listen, or point coalesce at it with --redis and --nats", err))
 		}
@@ -146,12 +148,26 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 			return fail(err)
 		}
 		c.Dev = dev
-		redisURL, natsURLs = dev.RedisURL, []string{dev.NATSURL}
-		if err := WriteServersFile(cfg.Embedded.DataDir, ServersFile{Redis: dev.RedisURL, NATS: dev.NATSURL}); err != nil {
+		if cfg.EmbeddedRedis() {
+			redisURL = dev.RedisURL
+		}
+		if cfg.EmbeddedNATS() {
+			natsURLs = []string{dev.NATSURL}
+		}
+		if err := WriteServersFile(cfg.Embedded.DataDir, ServersFile{Redis: redisURL, NATS: natsURLs[0]}); err != nil {
 			log.Warn("embedded: could not write where the servers listen; coalesce work will look at the default addresses", "err", err)
 		}
-		log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis), both kept in the data folder: schedules in the NATS store, reservations in a snapshot written every second and at a graceful stop (a SIGKILL loses the reservations changed since the last snapshot, about a second's worth)",
-			"nats", dev.NATSURL, "redis", dev.RedisURL, "data_dir", cfg.Embedded.DataDir)
+		switch {
+		case cfg.EmbeddedRedis() && cfg.EmbeddedNATS():
+			log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis), both kept in the data folder: schedules in the NATS store, reservations in a snapshot written every second and at a graceful stop (a SIGKILL loses the reservations changed since the last snapshot, about a second's worth)",
+				"nats", dev.NATSURL, "redis", dev.RedisURL, "data_dir", cfg.Embedded.DataDir)
+		case cfg.EmbeddedNATS():
+			log.Warn("development mode: Redis is configured but NATS is not, so coalesce runs an in-process NATS JetStream beside your Redis, its store in the data folder",
+				"nats", dev.NATSURL, "redis", redactURL(redisURL), "data_dir", cfg.Embedded.DataDir)
+		default:
+			log.Warn("development mode: NATS is configured but Redis is not, so coalesce runs an in-process Redis (miniredis) beside your NATS, kept in a snapshot in the data folder (a SIGKILL loses about a second of reservations)",
+				"redis", dev.RedisURL, "nats", natsURLs[0], "data_dir", cfg.Embedded.DataDir)
+		}
 		log.Warn("for production point coalesce at real servers: --redis redis://host:6379/0 --nats nats://host:4222 (NATS 2.12 or later, Redis 7 with maxmemory-policy noeviction), or redis/nats in the config file")
 	}
 
@@ -445,4 +461,13 @@ func ReadServersFile(dir string) (ServersFile, error) {
 		return f, fmt.Errorf("%s: not a servers file", filepath.Join(dir, ServersFileName))
 	}
 	return f, nil
+}
+
+// redactURL hides a URL's password, for logs.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }

@@ -36,6 +36,8 @@ type Options struct {
 	Snapshot      string
 	SnapshotEvery time.Duration
 	Logger        *slog.Logger // snapshot failures; nil discards
+	// NoNATS and NoRedis leave out one server (a real one is used instead).
+	NoNATS, NoRedis bool
 }
 
 // Servers are the running development servers.
@@ -57,10 +59,13 @@ type Servers struct {
 // ErrAddrInUse: a listen address is taken (a real server may already run there).
 var ErrAddrInUse = errors.New("devservers: address in use")
 
-// Start starts both servers.
+// Start starts both servers, or the one of them Options does not leave out.
 func Start(o Options) (*Servers, error) {
 	if o.DataDir == "" {
 		return nil, errors.New("devservers: DataDir is required")
+	}
+	if o.NoNATS && o.NoRedis {
+		return nil, errors.New("devservers: nothing to start")
 	}
 	if o.Tick <= 0 {
 		o.Tick = 50 * time.Millisecond
@@ -71,6 +76,44 @@ func Start(o Options) (*Servers, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	s := &Servers{opts: o, stop: make(chan struct{})}
+	if !o.NoNATS {
+		ns, err := startNATS(o)
+		if err != nil {
+			return nil, err
+		}
+		s.ns, s.NATSURL = ns, ns.ClientURL()
+	}
+	if !o.NoRedis {
+		mr, restored, err := startRedis(o)
+		if err != nil {
+			if s.ns != nil {
+				s.ns.Shutdown()
+			}
+			return nil, err
+		}
+		s.mr, s.Restored = mr, restored
+		s.RedisAddr, s.RedisURL = mr.Addr(), "redis://"+mr.Addr()+"/0"
+		s.done.Go(func() {
+			t := time.NewTicker(o.Tick)
+			defer t.Stop()
+			for {
+				select {
+				case <-s.stop:
+					return
+				case now := <-t.C:
+					mr.SetTime(now.Round(0))
+				}
+			}
+		})
+		if o.Snapshot != "" {
+			s.done.Go(s.snapshots)
+		}
+	}
+	return s, nil
+}
+
+func startNATS(o Options) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(o.NATSListen)
 	if err != nil {
 		return nil, fmt.Errorf("devservers: nats listen %q: %w", o.NATSListen, err)
@@ -97,6 +140,10 @@ func Start(o Options) (*Servers, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("devservers: nats on %s did not start within 10s", o.NATSListen)
 	}
+	return ns, nil
+}
+
+func startRedis(o Options) (*miniredis.Miniredis, Restore, error) {
 	mr := miniredis.NewMiniRedis()
 	// miniredis's TTLs stand still unless its clock moves them (ClockTTL).
 	// Its clock is moved to real time on each tick, in one step under its
@@ -109,36 +156,18 @@ func Start(o Options) (*Servers, error) {
 	mr.ClockTTL(true)
 	var restored Restore
 	if o.Snapshot != "" {
+		var err error
 		if restored, err = restore(mr, o.Snapshot, now); err != nil {
-			ns.Shutdown()
-			return nil, err
+			return nil, restored, err
 		}
 	}
 	if err := mr.StartAddr(o.RedisListen); err != nil {
-		ns.Shutdown()
 		if isAddrInUse(err) {
-			return nil, fmt.Errorf("%w: redis listen %s: %v", ErrAddrInUse, o.RedisListen, err)
+			return nil, restored, fmt.Errorf("%w: redis listen %s: %v", ErrAddrInUse, o.RedisListen, err)
 		}
-		return nil, fmt.Errorf("devservers: redis on %s: %w", o.RedisListen, err)
+		return nil, restored, fmt.Errorf("devservers: redis on %s: %w", o.RedisListen, err)
 	}
-	s := &Servers{NATSURL: ns.ClientURL(), RedisAddr: mr.Addr(), RedisURL: "redis://" + mr.Addr() + "/0",
-		Restored: restored, ns: ns, mr: mr, opts: o, stop: make(chan struct{})}
-	s.done.Go(func() {
-		t := time.NewTicker(o.Tick)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case now := <-t.C:
-				mr.SetTime(now.Round(0))
-			}
-		}
-	})
-	if o.Snapshot != "" {
-		s.done.Go(s.snapshots)
-	}
-	return s, nil
+	return mr, restored, nil
 }
 
 // snapshots writes the snapshot every SnapshotEvery while commands run. A
@@ -178,16 +207,20 @@ func (s *Servers) snapshots() {
 func (s *Servers) Close() {
 	close(s.stop)
 	s.done.Wait()
-	s.mr.Close()
-	if s.opts.Snapshot != "" {
-		now := time.Now().Round(0)
-		s.mr.SetTime(now)
-		if err := writeSnapshot(s.opts.Snapshot, snapshotStopped(s.mr, now), now); err != nil {
-			s.opts.Logger.Error("embedded redis: final snapshot failed; the one before it stays", "err", err)
+	if s.mr != nil {
+		s.mr.Close()
+		if s.opts.Snapshot != "" {
+			now := time.Now().Round(0)
+			s.mr.SetTime(now)
+			if err := writeSnapshot(s.opts.Snapshot, snapshotStopped(s.mr, now), now); err != nil {
+				s.opts.Logger.Error("embedded redis: final snapshot failed; the one before it stays", "err", err)
+			}
 		}
 	}
-	s.ns.Shutdown()
-	s.ns.WaitForShutdown()
+	if s.ns != nil {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+	}
 }
 
 func checkFree(addr string) error {
