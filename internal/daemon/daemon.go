@@ -399,7 +399,7 @@ func Run(ctx context.Context, o Options) error {
 	go reap(reapCtx, c.Coalescer, every, o.RepairAfter, m, log)
 	addr := ln.Addr().String()
 	log.Info("serving", "http", addr, "events_subject", c.Publisher.Subjects().Prefix+".events.<type>",
-		"worker_protocol", StartSubject(c.Publisher.Subjects().Prefix)+", "+FinishSubject(c.Publisher.Subjects().Prefix),
+		"worker_protocol", StartSubject(c.Publisher.Subjects().Prefix)+", "+ProgressSubject(c.Publisher.Subjects().Prefix)+", "+FinishSubject(c.Publisher.Subjects().Prefix),
 		"durable_ingest", cfg.NATS.Ingest.Durable, "cron_rules", len(rules))
 	if o.Started != nil {
 		o.Started(addr)
