@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -74,15 +71,8 @@ func TestExclusiveKeysAcrossWorkerProcesses(t *testing.T) {
 		Job        worker.Document
 	}
 	read := func() map[string][]run {
-		raw, _ := os.ReadFile(runs)
 		out := map[string][]run{}
-		sc := bufio.NewScanner(bytes.NewReader(raw))
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var r run
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatalf("run line %s: %v", sc.Bytes(), err)
-			}
+		for _, r := range readNDJSON[run](t, runs) {
 			out[keyOf[r.Job.Key]] = append(out[keyOf[r.Job.Key]], r)
 		}
 		return out

@@ -509,3 +509,24 @@ func TestServeRealRedisWithEmbeddedNATS(t *testing.T) {
 		}
 	}
 }
+
+// readNDJSON decodes the lines a process appended to path so far (none when
+// it has written nothing yet), failing t on a line that is not a T.
+func readNDJSON[T any](t *testing.T, path string) []T {
+	t.Helper()
+	raw, _ := os.ReadFile(path)
+	var out []T
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Fatalf("%s: line %s: %v", path, sc.Bytes(), err)
+		}
+		out = append(out, v)
+	}
+	return out
+}

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -85,15 +83,8 @@ func TestNodeWorkerOverTheProtocol(t *testing.T) {
 		}
 	}
 	runs := func() map[string][]nodeRun {
-		raw, _ := os.ReadFile(logPath)
 		out := map[string][]nodeRun{}
-		sc := bufio.NewScanner(bytes.NewReader(raw))
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var r nodeRun
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatalf("run line %s: %v", sc.Bytes(), err)
-			}
+		for _, r := range readNDJSON[nodeRun](t, logPath) {
 			out[r.Job.Type] = append(out[r.Job.Type], r)
 		}
 		return out

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
@@ -81,15 +80,8 @@ func TestPushToAPythonHandler(t *testing.T) {
 	work := startCmd(t, wcmd)
 
 	read := func() map[string][]pushRecord {
-		raw, _ := os.ReadFile(logPath)
 		out := map[string][]pushRecord{}
-		sc := bufio.NewScanner(bytes.NewReader(raw))
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var r pushRecord
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatalf("handler log line %s: %v", sc.Bytes(), err)
-			}
+		for _, r := range readNDJSON[pushRecord](t, logPath) {
 			if r.Doc == nil {
 				t.Fatalf("the handler refused a push: %d %s (headers %v)", r.Status, r.Problem, r.Headers)
 			}
