@@ -95,17 +95,31 @@ func (c *Coalescer) Start(ctx context.Context, job Job) (Release, error) {
 		}
 		// No round to close, but the attempts still count: one small
 		// hash (the taken key) per job, deleted by Finish.
-		n, err := countStartScript.Run(ctx, c.rdb, []string{c.takenKey(job), c.doneKey(job)}, TakenRetention.Milliseconds()).Int()
-		if err != nil {
-			return Release{}, fmt.Errorf("%w: count the start of %s job %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
-		}
-		if n < 0 {
-			return Release{Result: ReleaseDone}, nil
-		}
-		rel.Starts = n
-		return rel, nil
+		return c.countStart(ctx, job, rel)
 	}
-	return c.release(ctx, job, "take")
+	rel, err := c.release(ctx, job, "take")
+	if err == nil && rel.Starts == 0 && (rel.Result == ReleaseMissing || rel.Result == ReleaseStaleToken) {
+		// The round is gone (expired, lost with Redis's data, or another
+		// holds the key): count this job's starts all the same, so its
+		// attempts are not its deliveries, which an outage's retries
+		// inflate.
+		return c.countStart(ctx, job, rel)
+	}
+	return rel, err
+}
+
+// countStart counts a start of a job without a round to close, in its taken
+// key; a done job is ReleaseDone.
+func (c *Coalescer) countStart(ctx context.Context, job Job, rel Release) (Release, error) {
+	n, err := countStartScript.Run(ctx, c.rdb, []string{c.takenKey(job), c.doneKey(job)}, TakenRetention.Milliseconds()).Int()
+	if err != nil {
+		return Release{}, fmt.Errorf("%w: count the start of %s job %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
+	}
+	if n < 0 {
+		return Release{Result: ReleaseDone}, nil
+	}
+	rel.Starts = n
+	return rel, nil
 }
 
 func (c *Coalescer) takesAtStart(job Job) bool {

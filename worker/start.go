@@ -109,7 +109,7 @@ func StartDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Pub
 }
 
 func startExclusive(ctx context.Context, co *debounce.Coalescer, pub debounce.Publisher, job *Job, maxDeliver int, retryIn time.Duration) (Started, error) {
-	if _, exclusive := co.Lease(job.Type); !exclusive {
+	if _, exclusive := co.LeaseOf(job.Job); !exclusive {
 		return startDelivery(ctx, co, pub, job, maxDeliver, retryIn)
 	}
 	// An exclusive key: its lease first. A delivery that finds it busy
@@ -132,7 +132,11 @@ func startExclusive(ctx context.Context, co *debounce.Coalescer, pub debounce.Pu
 	if !kl.Taken {
 		return Started{Action: StartRetry, Result: JobKeyBusy, Delay: keyWait(kl.Left), Reason: "its key is busy: another job of the key is running"}, nil
 	}
-	job.Attempt = max(job.Attempt-kl.Waits, 1)
+	if job.Token != 0 && job.Replay == "" {
+		// The waits are counted per round token: a replay's or a bypassed
+		// job's would be another job's (their deliveries stay their count).
+		job.Attempt = max(job.Attempt-kl.Waits, 1)
+	}
 	s, err := startDelivery(ctx, co, pub, job, maxDeliver, retryIn)
 	if err != nil || s.Action != StartRun {
 		if _, rerr := co.ReleaseKey(context.WithoutCancel(ctx), job.Job, owner); rerr != nil && err == nil {
@@ -180,7 +184,10 @@ func startDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Pub
 		return Started{Action: StartAck, Result: JobResult(rel.Result)}, nil
 	}
 	job.Release, job.Summary = rel.Result, rel.Summary
-	if deliveries > MaxDeliveries(maxDeliver) {
+	// The backstop only where nothing counts the starts (a job published
+	// without a reservation): elsewhere the deliveries include the retries
+	// of an outage and the waits for a busy key, which are no attempts.
+	if rel.Starts == 0 && deliveries > MaxDeliveries(maxDeliver) {
 		return Started{Action: StartDead, Reason: fmt.Sprintf("delivered %d times without finishing", deliveries-1)}, nil
 	}
 	if rel.Starts > 0 {
