@@ -600,7 +600,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, job *Job, h Hand
 // keepKey refreshes an exclusive job's key lease every third of the
 // policy's lease until stop.
 func (w *Worker) keepKey(job *Job, owner string, stop <-chan struct{}) {
-	lease, _ := w.cfg.Coalescer.Lease(job.Type)
+	lease, _ := w.cfg.Coalescer.LeaseOf(job.Job)
 	t := time.NewTicker(max(lease/3, 100*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -648,9 +648,13 @@ func (w *Worker) final(ctx context.Context, msg jetstream.Msg, job *Job, cause e
 			log.WarnContext(ctx, "worker: could not close the round of a dead job; it ends with its TTL", "err", err)
 		}
 	}
-	w.finish(ctx, job, false, true, log)
+	// The dead letter first: finishing marks the job done, and a delivery
+	// after a failed dead-lettering would then be acked as done, the job
+	// neither run nor dead-lettered.
 	log.ErrorContext(ctx, "worker: job failed for the last time; dead-lettered", "err", cause)
-	w.deadLetter(ctx, msg, job.Type, cause, job.Summary, job.Attempt)
+	if w.deadLetter(ctx, msg, job.Type, cause, job.Summary, job.Attempt) {
+		w.finish(ctx, job, false, true, log)
+	}
 }
 
 // Headers of a dead letter.
@@ -666,7 +670,7 @@ const (
 
 // deadLetter copies the message to the dead-letter subject with the reason,
 // then terminates it. If the copy fails the message is left for redelivery.
-func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType string, cause error, sum debounce.Summary, attempts int) {
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType string, cause error, sum debounce.Summary, attempts int) bool {
 	if jobType == "" {
 		jobType = msg.Headers().Get(publisher.HeaderType)
 		if jobType == "" {
@@ -698,9 +702,10 @@ func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType stri
 	if _, err := w.cfg.JetStream.PublishMsg(ctx, dead); err != nil {
 		w.log.ErrorContext(ctx, "worker: dead-lettering failed; leaving the job for redelivery", "job_type", jobType, "err", err)
 		_ = msg.NakWithDelay(w.backoff(w.cfg.MaxDeliver))
-		return
+		return false
 	}
 	_ = msg.Term()
+	return true
 }
 
 func (w *Worker) guardHook(jobType string, r GuardResult) {
