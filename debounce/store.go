@@ -82,14 +82,23 @@ func (c *Coalescer) EnsureStore(ctx context.Context) (Store, error) {
 // nil if Redis cannot say (the job then goes without one: a worker runs it).
 func (c *Coalescer) storeOf(ctx context.Context) *Store {
 	if s := c.store.p.Load(); s != nil {
-		if time.Since(time.Unix(0, c.store.at.Load())) > storeRefresh && c.store.refreshing.CompareAndSwap(false, true) {
-			go func() {
-				defer c.store.refreshing.Store(false)
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_, _ = c.EnsureStore(ctx)
-			}()
+		if time.Since(time.Unix(0, c.store.at.Load())) <= storeRefresh {
+			return s
 		}
+		// Read again before stamping, not in the background: a producer
+		// idle since before a data loss would otherwise stamp the lost
+		// identity on its next job, which no worker would then run. One
+		// publish at a time pays for it (the others stamp the cached one,
+		// at most storeRefresh old), and not while Redis is failing.
+		if !c.store.refreshing.CompareAndSwap(false, true) ||
+			time.Since(time.Unix(0, c.store.failed.Load())) < storeRetry {
+			return s
+		}
+		defer c.store.refreshing.Store(false)
+		if fresh, err := c.EnsureStore(ctx); err == nil {
+			return &fresh
+		}
+		c.store.failed.Store(time.Now().UnixNano())
 		return s
 	}
 	if time.Since(time.Unix(0, c.store.failed.Load())) < storeRetry {
@@ -102,8 +111,12 @@ func (c *Coalescer) storeOf(ctx context.Context) *Store {
 	return c.store.p.Load()
 }
 
-// stamp puts the store identity on a job about to be published.
+// stamp puts the store identity, and an exclusive policy's lease, on a job
+// about to be published.
 func (c *Coalescer) stamp(ctx context.Context, job *Job) {
+	if lease, ok := c.Lease(job.Type); ok && job.Lease == 0 {
+		job.Lease = lease
+	}
 	if job.Store != "" {
 		return // republished as it came (a reschedule, a repair)
 	}
