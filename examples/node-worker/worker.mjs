@@ -72,8 +72,10 @@ async function work(nc, js, m) {
       m.nak(start.retry_in_ms);
       return;
     case "dead": {
-      const h = forward(m, { "Coalesce-Error": start.reason });
-      await js.publish(start.dead_letter_subject, m.data, { headers: h });
+      // Dead-letter first, then finish: finished first, a failed publish
+      // would leave the job neither run nor dead-lettered.
+      await js.publish(start.dead_letter_subject, m.data, { headers: forward(m, start.dead_letter_headers) });
+      await ask(nc, "finish", m, { "Coalesce-Result": "dead" });
       m.term();
       return;
     }
@@ -96,17 +98,25 @@ async function work(nc, js, m) {
     if (keep) clearInterval(keep);
   }
   const maxDeliver = 5;
-  if (result === "failed" && job.attempt >= maxDeliver) result = "dead";
+  if (result === "failed" && job.attempt >= maxDeliver) {
+    result = "dead";
+    // The dead letter before finishing, with what a replay needs.
+    await js.publish(`${prefix}.dead.${job.type}`, m.data, {
+      headers: forward(m, {
+        "Coalesce-Error": "failed for the last time",
+        "Coalesce-Attempts": String(job.attempt),
+        "Coalesce-Summary": JSON.stringify(job.summary),
+      }),
+    });
+  }
   try {
     await ask(nc, "finish", m, { "Coalesce-Result": result, ...lease });
   } catch (err) {
     console.error(`finish failed: ${err.message}`); // a redelivery starts it again ("retry")
   }
   if (result === "ok") m.ack();
-  else if (result === "dead") {
-    await js.publish(`${prefix}.dead.${job.type}`, m.data, { headers: forward(m, { "Coalesce-Error": "failed for the last time" }) });
-    m.term();
-  } else m.nak(backoff[Math.min(job.attempt, backoff.length) - 1]);
+  else if (result === "dead") m.term();
+  else m.nak(backoff[Math.min(job.attempt, backoff.length) - 1]);
 }
 
 const nc = await connect({ servers: url, maxReconnectAttempts: -1 });

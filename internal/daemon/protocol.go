@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,10 +57,12 @@ type ProtocolConfig struct {
 
 // Protocol answers start and finish.
 type Protocol struct {
-	cfg  ProtocolConfig
-	log  *slog.Logger
-	subs []*nats.Subscription
-	wg   sync.WaitGroup
+	cfg      ProtocolConfig
+	log      *slog.Logger
+	subs     []*nats.Subscription
+	mu       sync.Mutex // an answer starts (wg.Add) only while not stopping
+	stopping bool
+	wg       sync.WaitGroup
 }
 
 // NewProtocol returns the protocol's operations; Subscribe serves them over
@@ -87,6 +90,9 @@ type StartAnswer struct {
 	Reason    string           `json:"reason,omitempty"`      // retry, dead
 	DeadTo    string           `json:"dead_letter_subject,omitempty"`
 	Job       *worker.Document `json:"job,omitempty"` // run, dead: the job document, summary and attempt included
+	// DeadHeaders, for dead, are the headers to add to the dead letter:
+	// why, its attempts and its summary (what a replay runs with).
+	DeadHeaders map[string]string `json:"dead_letter_headers,omitempty"`
 	// Lease, for an exclusive job that runs, holds its key for LeaseMs:
 	// send it back (Coalesce-Lease) with progress at least every third of
 	// that while the job runs, and with finish.
@@ -112,7 +118,7 @@ var protocolHeaders = func() map[string]string {
 	m := map[string]string{}
 	for _, h := range []string{publisher.HeaderType, publisher.HeaderKey, publisher.HeaderFingerprint, publisher.HeaderRound,
 		publisher.HeaderMode, publisher.HeaderPayload, publisher.HeaderOpenedAt, publisher.HeaderDueAt, publisher.HeaderTTL,
-		publisher.HeaderVersion, publisher.HeaderTraceParent, publisher.HeaderStore, publisher.HeaderStoreAddr, worker.HeaderReplay, worker.HeaderSummary, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
+		publisher.HeaderVersion, publisher.HeaderTraceParent, publisher.HeaderStore, publisher.HeaderStoreAddr, publisher.HeaderExclusive, worker.HeaderReplay, worker.HeaderSummary, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
 		m[textproto.CanonicalMIMEHeaderKey(h)] = h
 	}
 	return m
@@ -197,18 +203,19 @@ func (p *Protocol) Start(ctx context.Context, h nats.Header, body []byte) (Start
 		a.RetryInMs = max(s.Delay.Milliseconds(), 0)
 		a.Result = string(s.Result)
 	case worker.StartDead:
-		if _, err := p.cfg.Coalescer.Finish(ctx, job.Job, false, true); err != nil {
-			p.log.Warn("protocol: finishing a dead job's round failed; it ends with its TTL", "type", job.Type, "err", err)
-		}
+		// Not finished here: the worker dead-letters it, then finishes it
+		// (Coalesce-Result: dead). Finished first, a dead letter that
+		// failed to publish would come back as done and be acked, lost.
 		if p.cfg.Publisher != nil {
 			a.DeadTo = p.cfg.Publisher.Subjects().Dead(job.Type)
 		}
+		a.DeadHeaders = DeadLetterHeaders(job, s.Reason)
 		fallthrough
 	case worker.StartRun:
 		d := job.Document()
 		a.Job = &d
 		if s.Lease != "" {
-			lease, _ := p.cfg.Coalescer.Lease(job.Type)
+			lease, _ := p.cfg.Coalescer.LeaseOf(job.Job)
 			a.Lease, a.LeaseMs = s.Lease, lease.Milliseconds()
 			if s.Waits > 0 && p.cfg.Metrics != nil {
 				p.cfg.Metrics.OnKeyWait(job.Type, s.Waited)
@@ -230,7 +237,7 @@ func (p *Protocol) Progress(ctx context.Context, h nats.Header, body []byte) (Pr
 		return ProgressAnswer{}, e
 	}
 	owner := h.Get(HeaderLease)
-	if _, exclusive := p.cfg.Coalescer.Lease(job.Type); !exclusive || owner == "" {
+	if _, exclusive := p.cfg.Coalescer.LeaseOf(job.Job); !exclusive || owner == "" {
 		return ProgressAnswer{}, errf(http.StatusBadRequest, "invalid_header", HeaderLease, "header %s: send the lease start answered (only exclusive jobs have one)", HeaderLease)
 	}
 	held, err := p.cfg.Coalescer.RefreshKey(ctx, job.Job, owner)
@@ -262,7 +269,7 @@ func (p *Protocol) Finish(ctx context.Context, h nats.Header, body []byte) (Fini
 		return FinishAnswer{}, errf(http.StatusServiceUnavailable, "store_unavailable", "", "the round could not be finished: %v; retry", err)
 	}
 	if owner := h.Get(HeaderLease); owner != "" {
-		if _, exclusive := p.cfg.Coalescer.Lease(job.Type); exclusive {
+		if _, exclusive := p.cfg.Coalescer.LeaseOf(job.Job); exclusive {
 			if _, err := p.cfg.Coalescer.ReleaseKey(ctx, job.Job, owner); err != nil {
 				p.log.Warn("protocol: could not give up a finished job's key lease; the next job of the key starts when it lapses", "type", job.Type, "err", err)
 			}
@@ -302,7 +309,13 @@ func (p *Protocol) Subscribe(nc *nats.Conn, prefix string) error {
 		},
 	} {
 		sub, err := nc.QueueSubscribe(subject, "coalesce", func(m *nats.Msg) {
+			p.mu.Lock()
+			if p.stopping {
+				p.mu.Unlock()
+				return // undecided: the requester times out and asks again
+			}
 			p.wg.Add(1)
+			p.mu.Unlock()
 			go func() {
 				defer p.wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -327,11 +340,22 @@ func (p *Protocol) Subscribe(nc *nats.Conn, prefix string) error {
 	return nil
 }
 
-// Stop stops answering and waits for the answers under way.
+// Stop stops answering and waits for the answers under way: requests that
+// arrived are answered for up to ingestDrain, later ones not at all.
 func (p *Protocol) Stop() {
 	for _, s := range p.subs {
 		_ = s.Drain()
 	}
+	deadline := time.Now().Add(ingestDrain)
+	for _, s := range p.subs {
+		for s.IsValid() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = s.Unsubscribe()
+	}
+	p.mu.Lock()
+	p.stopping = true
+	p.mu.Unlock()
 	p.wg.Wait()
 }
 
@@ -350,4 +374,15 @@ func httpOp[A any](a *API, op func(context.Context, nats.Header, []byte) (A, *ap
 		writeJSON(w, http.StatusOK, ans)
 		return nil
 	}
+}
+
+// DeadLetterHeaders are the headers a dead letter of job carries besides the
+// job message's own: the reason, the attempts and the summary (when it fits
+// in 64 KiB), as the Go worker writes them.
+func DeadLetterHeaders(job *worker.Job, reason string) map[string]string {
+	h := map[string]string{worker.HeaderError: reason, worker.HeaderAttempts: strconv.Itoa(job.Attempt)}
+	if b, err := json.Marshal(job.Summary); err == nil && len(b) <= 64<<10 {
+		h[worker.HeaderSummary] = string(b)
+	}
+	return h
 }

@@ -83,6 +83,34 @@ func TestProtocolOverHTTP(t *testing.T) {
 		t.Errorf("start after finish: %+v, want ack (done)", r)
 	}
 
+	// Past Coalesce-Max-Deliver: dead, with the headers the dead letter
+	// needs, and not finished (the worker finishes it after dead-lettering).
+	args2 := fmt.Sprintf(`{"p":"%d"}`, time.Now().UnixNano())
+	key2, _ := f.co.RoundKeyOf(debounce.Event{Type: "notify", Args: json.RawMessage(args2)})
+	jobs2, _ := f.nc.SubscribeSync("co.run.notify." + key2.String() + ".>")
+	if code, out := f.do(t, http.MethodPost, "/v1/events", `{"type":"notify","args":`+args2+`}`); code != 200 {
+		t.Fatalf("submit: %d %s", code, out)
+	}
+	if msg, err = jobs2.NextMsg(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if r := start("1"); r.Action != "run" {
+		t.Fatalf("first start: %+v", r)
+	}
+	code, out = f.do(t, http.MethodPost, "/v1/jobs/start", string(msg.Data), headers("Coalesce-Delivered", "2", "Coalesce-Max-Deliver", "1")...)
+	var dead daemon.StartAnswer
+	_ = json.Unmarshal(out, &dead)
+	if code != 200 || dead.Action != "dead" || dead.DeadTo != "co.dead.notify" || dead.DeadHeaders["Coalesce-Attempts"] != "2" ||
+		!strings.Contains(dead.DeadHeaders["Coalesce-Summary"], `"events":1`) || dead.DeadHeaders["Coalesce-Error"] == "" {
+		t.Fatalf("start past max deliver: %d %s", code, out)
+	}
+	// Not finished yet: a redelivery (the dead letter failed to publish)
+	// is dead again, not acked as done.
+	code, out = f.do(t, http.MethodPost, "/v1/jobs/start", string(msg.Data), headers("Coalesce-Delivered", "3", "Coalesce-Max-Deliver", "1")...)
+	if !strings.Contains(string(out), `"action":"dead"`) {
+		t.Errorf("start again before the dead job was finished: %d %s, want dead again", code, out)
+	}
+
 	for _, c := range []struct {
 		path, drop, header, value, code, field string
 	}{
