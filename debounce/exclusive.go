@@ -41,6 +41,16 @@ func (c *Coalescer) Lease(jobType string) (time.Duration, bool) {
 	return p.Lease, true
 }
 
+// LeaseOf is the lease of job's key, and whether its key is exclusive: by
+// the job's own word (Job.Lease, stamped by its producer), else by this
+// Coalescer's policy. A worker without the policy still honours it.
+func (c *Coalescer) LeaseOf(job Job) (time.Duration, bool) {
+	if job.Lease > 0 {
+		return job.Lease, true
+	}
+	return c.Lease(job.Type)
+}
+
 func (c *Coalescer) leaseKey(job Job) string {
 	return redisKey(c.prefix, c.mixOf(job.Type), job.Key, "e")
 }
@@ -48,7 +58,7 @@ func (c *Coalescer) leaseKey(job Job) string {
 // TakeKey takes the lease of job's key for owner (one delivery's id), or
 // counts this delivery's wait when another owner holds it.
 func (c *Coalescer) TakeKey(ctx context.Context, job Job, owner string) (KeyLease, error) {
-	lease, ok := c.Lease(job.Type)
+	lease, ok := c.LeaseOf(job)
 	if !ok {
 		return KeyLease{}, fmt.Errorf("%w: job type %q is not exclusive", ErrInvalidPolicy, job.Type)
 	}
@@ -73,7 +83,7 @@ func (c *Coalescer) TakeKey(ctx context.Context, job Job, owner string) (KeyLeas
 // reports false when owner no longer holds it (it lapsed: another job of
 // the key may be running).
 func (c *Coalescer) RefreshKey(ctx context.Context, job Job, owner string) (bool, error) {
-	lease, ok := c.Lease(job.Type)
+	lease, ok := c.LeaseOf(job)
 	if !ok {
 		return false, fmt.Errorf("%w: job type %q is not exclusive", ErrInvalidPolicy, job.Type)
 	}
@@ -83,7 +93,7 @@ func (c *Coalescer) RefreshKey(ctx context.Context, job Job, owner string) (bool
 // ReleaseKey gives up owner's lease of job's key, so the next job of the
 // key may start; false when owner did not hold it.
 func (c *Coalescer) ReleaseKey(ctx context.Context, job Job, owner string) (bool, error) {
-	if _, ok := c.Lease(job.Type); !ok {
+	if _, ok := c.LeaseOf(job); !ok {
 		return false, fmt.Errorf("%w: job type %q is not exclusive", ErrInvalidPolicy, job.Type)
 	}
 	return c.keepKey(ctx, job, owner, "release", 0)

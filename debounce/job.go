@@ -69,6 +69,10 @@ type Job struct {
 	// (extend, fire-now) publishes a new version so a message id made of
 	// token and version is never swallowed as a duplicate of the last one.
 	Version int
+	// Lease, when set, says the job's key is exclusive, held for this long
+	// (its policy's Lease, stamped at publish): a worker without the policy
+	// honours it too.
+	Lease time.Duration
 	// Store is the identity of the Redis the round was reserved in, and
 	// StoreAddr that Redis as the producer reached it (store.go): a worker
 	// on another Redis does not run the job. Empty: unknown.

@@ -28,6 +28,7 @@ const (
 	HeaderTraceParent = "traceparent"          // W3C trace context of the opening event; absent when unset
 	HeaderStore       = "Coalesce-Store"       // identity of the Redis the round was reserved in; absent when unknown
 	HeaderStoreAddr   = "Coalesce-Store-Addr"  // that Redis as the producer reached it
+	HeaderExclusive   = "Coalesce-Exclusive"   // an exclusive key's lease, milliseconds; absent when not exclusive
 )
 
 // EncodeHeaders returns the coalesce headers of job (not the NATS ones:
@@ -60,6 +61,9 @@ func EncodeHeaders(job debounce.Job) nats.Header {
 	if job.Store != "" {
 		h.Set(HeaderStore, job.Store)
 		h.Set(HeaderStoreAddr, job.StoreAddr)
+	}
+	if job.Lease > 0 {
+		h.Set(HeaderExclusive, strconv.FormatInt(job.Lease.Milliseconds(), 10))
 	}
 	return h
 }
@@ -129,6 +133,13 @@ func DecodeJob(h nats.Header, data []byte) (debounce.Job, error) {
 	}
 	job.TraceParent = h.Get(HeaderTraceParent)
 	job.Store, job.StoreAddr = h.Get(HeaderStore), h.Get(HeaderStoreAddr)
+	if v := h.Get(HeaderExclusive); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > int64(debounce.MaxLease/time.Millisecond) {
+			return debounce.Job{}, malformed(HeaderExclusive, v, "want a lease in milliseconds, 1 to "+strconv.FormatInt(int64(debounce.MaxLease/time.Millisecond), 10))
+		}
+		job.Lease = time.Duration(ms) * time.Millisecond
+	}
 	if len(data) > 0 {
 		job.Args = json.RawMessage(data)
 	}

@@ -109,3 +109,38 @@ func TestExclusiveLeaseOwnership(t *testing.T) {
 		t.Error("TakeKey of a policy that is not exclusive succeeded")
 	}
 }
+
+// TestExclusiveWithoutThePolicy: a worker whose Coalescer lacks the
+// exclusive policy (coalesce work without --config, another build) still
+// honours the key's lease, which the job carries (Coalesce-Exclusive): it
+// ran beside the lease holder, silently, before.
+func TestExclusiveWithoutThePolicy(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	nats := testenv.NATS(t)
+	rdb := testenv.SharedRedis(t).Client(t)
+	producer := newStackWith(t, nats, rdb, nil, debounce.Policy{Type: "report", Mode: debounce.ModeDebounce, Window: time.Second,
+		KeyFields: []string{"k"}, Exclusive: true, Lease: lease})
+	plain := newStackWith(t, nats, rdb, func(c *debounce.Config) { c.Prefix = producer.prefix },
+		debounce.Policy{Type: "report", Mode: debounce.ModeDebounce, Window: time.Second, KeyFields: []string{"k"}})
+	ctx := context.Background()
+	key, err := producer.co.RoundKeyOf(debounce.Event{Type: "report", Args: json.RawMessage(`{"k":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kl, err := producer.co.TakeKey(ctx, debounce.Job{Type: "report", Key: key}, "another-worker"); err != nil || !kl.Taken {
+		t.Fatalf("TakeKey: %+v %v", kl, err)
+	}
+	held := time.Now()
+	producer.submit(t, "report", `{"k":1}`)
+	started := make(chan time.Time, 1)
+	plain.run(t, func(context.Context, *worker.Job) error { started <- time.Now(); return nil }, worker.Config{Types: []string{"report"}})
+	select {
+	case at := <-started:
+		if at.Sub(held) < lease {
+			t.Errorf("a worker without the policy ran the job %v after another took its key, inside the %v lease", at.Sub(held), lease)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job never ran")
+	}
+}
