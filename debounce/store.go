@@ -145,9 +145,9 @@ var ErrOtherStore = errors.New("the job was reserved in another Redis")
 // producer may have stamped the identity it had cached) is taken as the
 // same Redis after a data loss (the job runs, its round missing, as
 // at-least-once asks); a store that had another id for longer is another
-// Redis; none at all is a Redis no producer has used (a producer writes
-// its identity again within storeRefresh after a data loss, the daemon
-// within a reaper pass).
+// Redis; none at all is a Redis no producer has used, unless it is at the
+// address the job's producer reached (that Redis after a data loss: its
+// identity is written again and the job runs).
 func (c *Coalescer) CheckStore(ctx context.Context, job Job) (StoreCheck, error) {
 	if job.Store == "" || job.Token == 0 {
 		// No store said, or a job published without a reservation (fail
@@ -157,6 +157,15 @@ func (c *Coalescer) CheckStore(ctx context.Context, job Job) (StoreCheck, error)
 	}
 	raw, err := c.rdb.Get(ctx, c.prefix+StoreKey).Result()
 	if errors.Is(err, redis.Nil) {
+		// No identity: a Redis no producer has used, or the job's own after
+		// a data loss, before any producer wrote it again. The address
+		// tells them apart: the same one as the job's producer reached is
+		// that Redis, which gets its identity again here.
+		if job.StoreAddr != "" && job.StoreAddr == RedisAddr(c.rdb) {
+			if fresh, err := c.EnsureStore(ctx); err == nil {
+				return StoreCheck{OK: true, Mine: fresh, Note: fmt.Sprintf("Redis at %s had lost its data, store identity %s with it; it is store %s now, and the job runs without its round", job.StoreAddr, job.Store, fresh.ID)}, nil
+			}
+		}
 		return StoreCheck{}, fmt.Errorf("%w: this worker's Redis (%s) has no store identity under %q, the job's store %s is at %s: "+
 			"point the worker at the daemon's Redis (--redis, --config)", ErrOtherStore, RedisAddr(c.rdb), c.prefix, job.Store, job.StoreAddr)
 	}
