@@ -3,8 +3,8 @@ package daemon
 import (
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 

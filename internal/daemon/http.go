@@ -23,8 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/coalesce-io/coalesce/debounce"
-	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/fingerprint"
+	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/publisher"
 )
 
