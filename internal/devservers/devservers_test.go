@@ -153,7 +153,18 @@ func TestSnapshotWhileRunning(t *testing.T) {
 	for i := range 600 { // more than one MULTI batch
 		rdb.HSet(ctx, "h"+strconv.Itoa(i), "n", i)
 	}
-	time.Sleep(400 * time.Millisecond)
+	// A snapshot written after the last write (not a fixed sleep: under
+	// -race on a loaded machine a snapshot takes long and spaces out the
+	// next ones; CI once read one of 300 keys after 400 ms).
+	wrote := time.Now()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if at, err := devservers.SnapshotWritten(opts.Snapshot); err == nil && at.After(wrote) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot after the writes within 10 s")
+		}
+	}
 	// A killed process leaves the file as it is: start a second server on a
 	// copy of it.
 	data, err := os.ReadFile(opts.Snapshot)
