@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/coalesce-io/coalesce/internal/fence"
 )
 
 // Exclusive keys (Policy.Exclusive): at most one job of a key runs at a
@@ -87,7 +89,11 @@ func (c *Coalescer) RefreshKey(ctx context.Context, job Job, owner string) (bool
 	if !ok {
 		return false, fmt.Errorf("%w: job type %q is not exclusive", ErrInvalidPolicy, job.Type)
 	}
-	return c.keepKey(ctx, job, owner, "refresh", lease)
+	held, err := fence.Refresh(ctx, c.rdb, c.leaseKey(job), owner, lease)
+	if err != nil {
+		return false, fmt.Errorf("%w: refresh the key of %s %s: %w", ErrStoreUnavailable, job.Type, job.Key, err)
+	}
+	return held, nil
 }
 
 // ReleaseKey gives up owner's lease of job's key, so the next job of the
@@ -96,13 +102,9 @@ func (c *Coalescer) ReleaseKey(ctx context.Context, job Job, owner string) (bool
 	if _, ok := c.LeaseOf(job); !ok {
 		return false, fmt.Errorf("%w: job type %q is not exclusive", ErrInvalidPolicy, job.Type)
 	}
-	return c.keepKey(ctx, job, owner, "release", 0)
-}
-
-func (c *Coalescer) keepKey(ctx context.Context, job Job, owner, op string, lease time.Duration) (bool, error) {
-	n, err := c.eval(ctx, leaseKeepScript, []string{c.leaseKey(job)}, owner, op, lease.Milliseconds()).Int64()
+	held, err := fence.Release(ctx, c.rdb, c.leaseKey(job), owner)
 	if err != nil {
-		return false, fmt.Errorf("%w: %s the key of %s %s: %w", ErrStoreUnavailable, op, job.Type, job.Key, err)
+		return false, fmt.Errorf("%w: release the key of %s %s: %w", ErrStoreUnavailable, job.Type, job.Key, err)
 	}
-	return n == 1, nil
+	return held, nil
 }

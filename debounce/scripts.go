@@ -34,8 +34,6 @@ var (
 	repairRoundLua string
 	//go:embed scripts/lease_take.lua
 	leaseTakeLua string
-	//go:embed scripts/lease_keep.lua
-	leaseKeepLua string
 	//go:embed scripts/store_identity.lua
 	storeIdentityLua string
 
@@ -51,7 +49,6 @@ var (
 	repairPackedScript  = redis.NewScript(repairPackedLua)
 	repairRoundScript   = redis.NewScript(repairRoundLua)
 	leaseTakeScript     = redis.NewScript(leaseTakeLua)
-	leaseKeepScript     = redis.NewScript(leaseKeepLua)
 	storeIdentityScript = redis.NewScript(storeIdentityLua)
 )
 

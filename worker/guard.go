@@ -10,19 +10,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coalesce-io/coalesce/internal/fence"
 )
 
 var (
 	//go:embed scripts/guard_complete.lua
 	guardCompleteLua string
-	//go:embed scripts/guard_release.lua
-	guardReleaseLua string
-	//go:embed scripts/guard_refresh.lua
-	guardRefreshLua string
 
 	guardCompleteScript = redis.NewScript(guardCompleteLua)
-	guardReleaseScript  = redis.NewScript(guardReleaseLua)
-	guardRefreshScript  = redis.NewScript(guardRefreshLua)
 )
 
 // Guard defaults.
@@ -132,7 +128,7 @@ func (g *guard) keepAlive(c *claim, stop <-chan struct{}) {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ClaimTTL/3)
-			_ = guardRefreshScript.Run(ctx, g.cfg.Redis, []string{c.key}, c.value, g.cfg.ClaimTTL.Milliseconds()).Err()
+			_, _ = fence.Refresh(ctx, g.cfg.Redis, c.key, c.value, g.cfg.ClaimTTL)
 			cancel()
 		}
 	}
@@ -146,5 +142,6 @@ func (g *guard) complete(ctx context.Context, c *claim) (bool, error) {
 
 // release gives the claim up after a failed run.
 func (g *guard) release(ctx context.Context, c *claim) error {
-	return guardReleaseScript.Run(ctx, g.cfg.Redis, []string{c.key}, c.value).Err()
+	_, err := fence.Release(ctx, g.cfg.Redis, c.key, c.value)
+	return err
 }
