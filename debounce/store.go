@@ -155,6 +155,11 @@ func (c *Coalescer) CheckStore(ctx context.Context, job Job) (StoreCheck, error)
 		// Redis answers or not.
 		return StoreCheck{OK: true}, nil
 	}
+	// The common case costs no Redis call: the identity this Coalescer
+	// read (or wrote) within storeRefresh is the job's.
+	if s := c.store.p.Load(); s != nil && s.ID == job.Store && time.Since(time.Unix(0, c.store.at.Load())) <= storeRefresh {
+		return StoreCheck{OK: true, Mine: *s}, nil
+	}
 	raw, err := c.rdb.Get(ctx, c.prefix+StoreKey).Result()
 	if errors.Is(err, redis.Nil) {
 		// No identity: a Redis no producer has used, or the job's own after
@@ -176,6 +181,8 @@ func (c *Coalescer) CheckStore(ctx context.Context, job Job) (StoreCheck, error)
 	if err := json.Unmarshal([]byte(raw), &mine); err != nil {
 		return StoreCheck{}, fmt.Errorf("%w: store identity at %s%s is not coalesce's", ErrOtherStore, c.prefix, StoreKey)
 	}
+	c.store.p.Store(&mine)
+	c.store.at.Store(time.Now().UnixNano())
 	switch {
 	case mine.ID == job.Store:
 		return StoreCheck{OK: true, Mine: mine}, nil
