@@ -120,18 +120,12 @@ func (g *guard) acquire(ctx context.Context, jobType, id string) (*claim, GuardR
 
 // keepAlive refreshes the claim every third of its TTL until stop is closed.
 func (g *guard) keepAlive(c *claim, stop <-chan struct{}) {
-	t := time.NewTicker(g.cfg.ClaimTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ClaimTTL/3)
-			_, _ = fence.Refresh(ctx, g.cfg.Redis, c.key, c.value, g.cfg.ClaimTTL)
-			cancel()
-		}
-	}
+	every(g.cfg.ClaimTTL/3, stop, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ClaimTTL/3)
+		defer cancel()
+		_, _ = fence.Refresh(ctx, g.cfg.Redis, c.key, c.value, g.cfg.ClaimTTL)
+		return true
+	})
 }
 
 // complete marks the claim done; false when it was no longer ours.

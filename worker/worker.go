@@ -574,18 +574,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, job *Job, h Hand
 	if lease != "" {
 		go w.keepKey(job, lease, stop)
 	}
-	go func() {
-		t := time.NewTicker(w.cfg.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
+	go every(w.cfg.AckWait/3, stop, func() bool { _ = msg.InProgress(); return true })
 	if cl != nil {
 		go g.keepAlive(cl, stop)
 	}
@@ -601,21 +590,32 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, job *Job, h Hand
 // policy's lease until stop.
 func (w *Worker) keepKey(job *Job, owner string, stop <-chan struct{}) {
 	lease, _ := w.cfg.Coalescer.LeaseOf(job.Job)
-	t := time.NewTicker(max(lease/3, 100*time.Millisecond))
+	every(max(lease/3, 100*time.Millisecond), stop, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), lease/3)
+		held, err := w.cfg.Coalescer.RefreshKey(ctx, job.Job, owner)
+		cancel()
+		switch {
+		case err != nil:
+			w.log.Warn("worker: could not refresh the job's key lease; retrying", "job_type", job.Type, "key", job.Key.String(), "err", err)
+		case !held:
+			w.log.Error("worker: the job's key lease lapsed while it ran: another job of the key may start (raise the policy's lease)", "job_type", job.Type, "key", job.Key.String(), "lease", lease)
+			return false
+		}
+		return true
+	})
+}
+
+// every calls f each period until stop is closed or f returns false: the
+// keep-alives of a running job (progress, run-once claim, key lease).
+func every(period time.Duration, stop <-chan struct{}, f func() bool) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), lease/3)
-			held, err := w.cfg.Coalescer.RefreshKey(ctx, job.Job, owner)
-			cancel()
-			switch {
-			case err != nil:
-				w.log.Warn("worker: could not refresh the job's key lease; retrying", "job_type", job.Type, "key", job.Key.String(), "err", err)
-			case !held:
-				w.log.Error("worker: the job's key lease lapsed while it ran: another job of the key may start (raise the policy's lease)", "job_type", job.Type, "key", job.Key.String(), "lease", lease)
+			if !f() {
 				return
 			}
 		}
