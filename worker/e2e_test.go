@@ -72,8 +72,9 @@ func (s *stack) submit(t *testing.T, typ, args string) debounce.Decision {
 	return d
 }
 
-// run starts a worker for the types; it stops when the test ends.
-func (s *stack) run(t *testing.T, h worker.Handler, cfg worker.Config) {
+// run starts a worker for the types; it stops when the test ends, or
+// when the returned function is called.
+func (s *stack) run(t *testing.T, h worker.Handler, cfg worker.Config) (stop func()) {
 	t.Helper()
 	cfg.JetStream, cfg.Coalescer, cfg.Publisher = s.js, s.co, s.pub
 	if cfg.AckWait == 0 {
@@ -89,12 +90,17 @@ func (s *stack) run(t *testing.T, h worker.Handler, cfg worker.Config) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, h) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // started records every job a handler started, with when.

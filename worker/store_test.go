@@ -33,7 +33,7 @@ func TestWorkerOnAnotherRedisDoesNotRun(t *testing.T) {
 	producer.submit(t, "report", `{"k":1,"n":1}`)
 	producer.submit(t, "report", `{"k":1,"n":2}`)
 	var ran, refused atomic.Int64
-	wrong.run(t, func(context.Context, *worker.Job) error { ran.Add(1); return nil },
+	stopWrong := wrong.run(t, func(context.Context, *worker.Job) error { ran.Add(1); return nil },
 		worker.Config{Types: []string{"report"}, Hooks: worker.Hooks{Job: func(_ string, r worker.JobResult, _ debounce.ReleaseResult, _ time.Duration) {
 			if r == worker.JobOtherStore {
 				refused.Add(1)
@@ -43,6 +43,10 @@ func TestWorkerOnAnotherRedisDoesNotRun(t *testing.T) {
 	if n := ran.Load(); n != 0 {
 		t.Fatalf("a worker on another Redis ran the job %d times", n)
 	}
+	// It left the job in the stream. (Stopped, so the delivery goes to the
+	// right worker: JetStream does not share deliveries fairly between
+	// pullers, and CI once saw the wrong one get both redeliveries.)
+	stopWrong()
 	got := make(chan *worker.Job, 1)
 	producer.run(t, func(_ context.Context, j *worker.Job) error { got <- j; return nil }, worker.Config{Types: []string{"report"}})
 	select {
