@@ -55,7 +55,13 @@ func TestBackoutLeavesAJoinedRound(t *testing.T) {
 			{Type: "fixed", Mode: debounce.ModeDebounce, Window: time.Second, KeyFields: []string{"tenant"}},
 		} {
 			pub := &racingPublisher{joinerIn: make(chan struct{}), release: make(chan struct{})}
-			f := newFixtureWith(t, b, func(c *debounce.Config) { c.Publisher = pub; c.Pipelines = -1 }, p)
+			f := newFixtureWith(t, b, func(c *debounce.Config) {
+				c.Publisher = pub
+				c.Pipelines = -1
+				// The joiner runs inside the opener's publish, in this
+				// process: with local joins it would wait for the opener.
+				c.LocalJoins = debounce.LocalJoinsOff
+			}, p)
 			joined := make(chan struct{})
 			var jd debounce.Decision
 			var jerr error

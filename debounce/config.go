@@ -50,6 +50,24 @@ type Config struct {
 	// it is taken from the Publisher when it reports one (the JetStream
 	// publisher does), else DefaultMaxAge.
 	MaxAge time.Duration
+
+	// LocalJoins: LocalJoinsOff sends every event to Redis. By default
+	// (LocalJoinsAuto) an event of a round this Coalescer knows pending is
+	// answered without a Redis call where that cannot lose an event, and
+	// added to the round by a flush within FlushInterval (local.go; a
+	// policy can turn it off for its type with Policy.LocalJoins).
+	LocalJoins LocalJoins
+	// FlushInterval: how long locally joined events wait, at most, to be
+	// added to their rounds in Redis (default DefaultFlushInterval).
+	FlushInterval time.Duration
+	// ClockSkew bounds the difference between the clocks of producers,
+	// workers, Redis and NATS servers (default DefaultClockSkew): local
+	// answers stop DueSlack + ClockSkew + FlushInterval + 50 ms before a
+	// round can be taken or expires.
+	ClockSkew time.Duration
+	// MaxLocalRounds bounds the rounds remembered for local joins (default
+	// DefaultMaxLocalRounds).
+	MaxLocalRounds int
 }
 
 // maxAger is a Publisher that knows how long its stream keeps a job.
@@ -110,7 +128,8 @@ type Coalescer struct {
 	// mismatched: job types whose events met a round of the other layout
 	// (logged once each).
 	mismatched sync.Map
-	store      storeState // the Redis's identity, once read (store.go)
+	store      storeState  // the Redis's identity, once read (store.go)
+	local      *localState // nil: local joins off (local.go)
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
@@ -127,6 +146,7 @@ type compiled struct {
 	// Throttle with trailing: the trailing round lives until the window end
 	// plus this (the stream's MaxAge).
 	trailingLife time.Duration
+	local        bool // events may be answered locally (local.go)
 }
 
 // lifetime is how long a round lives from its base (its first event; for a
@@ -170,6 +190,9 @@ func New(cfg Config) (*Coalescer, error) {
 		return nil, err
 	}
 	c.sizer, _ = c.pub.(sizer)
+	if err := c.setLocal(cfg); err != nil {
+		return nil, err
+	}
 
 	if clientRetries(c.rdb) {
 		if !cfg.AllowResends {
@@ -194,9 +217,34 @@ func New(cfg Config) (*Coalescer, error) {
 		if _, dup := c.policies[cp.Type]; dup {
 			return nil, &PolicyError{Type: cp.Type, Field: "type", Msg: "two policies for this job type; keep one"}
 		}
+		cp.local = c.local != nil && cp.localEligible()
 		c.policies[cp.Type] = cp
 	}
 	return c, nil
+}
+
+// setLocal checks the local-join settings and prepares their state.
+func (c *Coalescer) setLocal(cfg Config) error {
+	switch cfg.LocalJoins {
+	case LocalJoinsAuto, "auto":
+	case LocalJoinsOff:
+		return nil
+	default:
+		return fmt.Errorf("%w: Config.LocalJoins %q: use \"auto\" or \"off\"", ErrInvalidConfig, cfg.LocalJoins)
+	}
+	if cfg.FlushInterval < 0 || cfg.FlushInterval > time.Second {
+		return fmt.Errorf("%w: Config.FlushInterval %v: must be 0 (the default, %v) up to 1s", ErrInvalidConfig, cfg.FlushInterval, DefaultFlushInterval)
+	}
+	if cfg.ClockSkew < 0 || cfg.ClockSkew > time.Minute {
+		return fmt.Errorf("%w: Config.ClockSkew %v: must be 0 (the default, %v) up to 1m", ErrInvalidConfig, cfg.ClockSkew, DefaultClockSkew)
+	}
+	if cfg.MaxLocalRounds < 0 {
+		return fmt.Errorf("%w: Config.MaxLocalRounds %d: must not be negative", ErrInvalidConfig, cfg.MaxLocalRounds)
+	}
+	every := cmp.Or(cfg.FlushInterval, DefaultFlushInterval)
+	skew := cmp.Or(cfg.ClockSkew, DefaultClockSkew)
+	c.local = newLocalState(every, c.slack+skew+every+flushMargin, cmp.Or(cfg.MaxLocalRounds, DefaultMaxLocalRounds))
+	return nil
 }
 
 // setMaxAge takes MaxAge from the config or the Publisher, which must agree.

@@ -31,10 +31,11 @@
 //
 // # The life of a round
 //
-// Submit runs one Lua script per event against Redis: it opens the round or
-// joins it and returns the Decision (OutcomeScheduled, OutcomeCoalesced,
-// OutcomeExtended, OutcomePublished, OutcomeThrottled, OutcomeDuplicate or,
-// with Redis down and Fail open, OutcomeBypassed). The event that opened a
+// Submit runs one Lua script against Redis per event it cannot answer
+// locally (see Local joins): it opens the round or joins it and returns
+// the Decision (OutcomeScheduled, OutcomeCoalesced, OutcomeExtended,
+// OutcomePublished, OutcomeThrottled, OutcomeDuplicate or, with Redis down
+// and Fail open, OutcomeBypassed). The event that opened a
 // round publishes its job through the Publisher (package publisher: a
 // JetStream message scheduled for the round's due time), then marks the
 // round published; an event that finds a round still unpublished publishes
@@ -53,6 +54,24 @@
 // would close: rounds reserved whose producer died before publishing, and
 // rounds whose message the stream no longer holds (it publishes them
 // again from the round's identity).
+//
+// # Local joins
+//
+// An event of a round this Coalescer knows pending and published is
+// answered without a Redis call where the answer cannot lose anything
+// (debounce with payload first, fixed or extended; throttle without
+// trailing; dedup until expiry), and added to its round by a flush within
+// Config.FlushInterval that applies it only if the round's token is still
+// there. Events whose round is gone by then are submitted again as ordinary
+// events. The guarantee, exactly: without a crash, no accepted event is
+// lost, whatever the clocks do; after a producer crash, the events it
+// answered since its last flush are missing from their round's count but
+// still covered by its job, provided every clock (producers, workers, Redis,
+// NATS) is within Config.ClockSkew of every other, because local answers
+// stop DueSlack + ClockSkew + FlushInterval + 50 ms before the round can be
+// taken (no layout's take takes a round that is not due) or expires. Call
+// Flush before a producer stops. local.go has the details; LocalStats counts
+// what it did.
 //
 // # Two layouts
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -22,7 +23,10 @@ func Example() {
 	defer mr.Close()
 	// miniredis's TTLs stand still unless moved; freeze its clock too, so
 	// expiry times (part of every round's token) read back exactly.
-	mr.SetTime(time.Now())
+	var mu sync.Mutex // the Coalescer reads the clock from its flusher too
+	clock := time.Now()
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	mr.SetTime(clock)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true, MaxRetries: -1})
 	defer rdb.Close()
 
@@ -39,6 +43,7 @@ func Example() {
 			Window:    30 * time.Second,
 			KeyFields: []string{"tenant_id"},
 		}},
+		Now: now,
 	})
 	if err != nil {
 		panic(err)
@@ -55,6 +60,18 @@ func Example() {
 	job := published[0]
 	fmt.Printf("%d job, due %v after its first event, args %s\n", len(published), job.DueAt.Sub(job.OpenedAt), job.Args)
 
+	// Events 2 to 5 were answered without a Redis call: the flush adds them
+	// to the round within milliseconds. Flush does it now, as a producer
+	// does before it stops.
+	if err := c.Flush(ctx); err != nil {
+		panic(err)
+	}
+	// 30 seconds later the job is delivered.
+	mu.Lock()
+	clock = clock.Add(30 * time.Second)
+	mu.Unlock()
+	mr.SetTime(now())
+	mr.FastForward(30 * time.Second)
 	rel, err := c.Start(ctx, job) // in the worker, before the handler runs
 	if err != nil {
 		panic(err)

@@ -36,6 +36,9 @@ func (c *Coalescer) Inspect(ctx context.Context, jobType string, key RoundKey) (
 	if !ok {
 		return Round{}, false, fmt.Errorf("%w %q", ErrNoPolicy, jobType)
 	}
+	if c.local != nil {
+		_ = c.flushLocal(ctx) // show this process's local joins too
+	}
 	keys := c.keys(p, key)
 	for i, k := range keys {
 		r, found, err = c.inspectKey(ctx, p, key, k, i == 1)
@@ -176,6 +179,7 @@ func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKe
 			return r, "", fmt.Errorf("%w: cancel %s %s: %w", ErrStoreUnavailable, jobType, key, err)
 		}
 		if rel.Result == ReleaseReleased {
+			c.forget(jobType, key)
 			keep := max(time.Until(r.ExpiresAt), DoneRetention)
 			if err := c.rdb.Set(ctx, c.doneKey(job), doneCancelled, keep).Err(); err != nil {
 				return r, "", fmt.Errorf("%w: cancel %s %s: mark the round done: %w", ErrStoreUnavailable, jobType, key, err)

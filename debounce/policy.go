@@ -130,6 +130,11 @@ type Policy struct {
 	// without refreshing it (workers refresh it while the job runs): a
 	// crashed worker blocks the key at most this long. DefaultLease.
 	Lease time.Duration `yaml:"lease"`
+
+	// LocalJoins: "off" sends every event of this type to Redis; the
+	// default ("auto") answers locally where that cannot lose an event
+	// (local.go), unless Config.LocalJoins turns it off for all types.
+	LocalJoins LocalJoins `yaml:"local_joins"`
 }
 
 // PolicyError says which field of which policy is wrong and what to change.
@@ -241,6 +246,11 @@ func (p Policy) Validate() error {
 		}
 	} else if p.MaxItems < 1 {
 		return bad("max_items", "%d must be at least 1", p.MaxItems)
+	}
+	switch p.LocalJoins {
+	case LocalJoinsAuto, "auto", LocalJoinsOff:
+	default:
+		return bad("local_joins", "%q is not a setting; use auto or off", p.LocalJoins)
 	}
 	if !p.Exclusive && p.Lease != 0 {
 		return bad("lease", "only applies to exclusive policies; remove it or set exclusive: true")

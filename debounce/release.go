@@ -27,8 +27,10 @@ const (
 	// ReleaseMissing: no round holds the key (expired, or already released
 	// by an earlier delivery of the same job).
 	ReleaseMissing ReleaseResult = "missing"
-	// ReleaseNotDue: the round was extended past now; publish the job again
-	// for DueAt with Version and do not run it yet.
+	// ReleaseNotDue: the round is not due yet, and must not run now. With a
+	// Version, it was extended past now: publish the job again for DueAt
+	// with Version. Version 0 (a fixed due time, delivered early by this
+	// clock): deliver the same job again at DueAt.
 	ReleaseNotDue ReleaseResult = "not_due"
 	// ReleaseRetry: an earlier delivery of this job already closed the
 	// round; the summary is the one it took (kept until Finish).
@@ -98,6 +100,9 @@ func (c *Coalescer) Start(ctx context.Context, job Job) (Release, error) {
 		return c.countStart(ctx, job, rel)
 	}
 	rel, err := c.release(ctx, job, "take")
+	if err == nil && rel.Result == ReleaseReleased {
+		c.forget(job.Type, job.Key)
+	}
 	if err == nil && rel.Starts == 0 && (rel.Result == ReleaseMissing || rel.Result == ReleaseStaleToken) {
 		// The round is gone (expired, lost with Redis's data, or another
 		// holds the key): count this job's starts all the same, so its
@@ -230,12 +235,22 @@ func (packedLayout) release(ctx context.Context, c *Coalescer, job Job, op strin
 	if wkey != "" {
 		keys = append(keys, wkey)
 	}
+	due := int64(0)
+	if !job.DueAt.IsZero() {
+		due = job.DueAt.UnixMilli()
+	}
 	res, err := releasePackedScript.Run(ctx, c.rdb, keys,
-		exp, rnd, op, TakenRetention.Milliseconds(), job.Version, wms, wval).Int64Slice()
+		exp, rnd, op, TakenRetention.Milliseconds(), job.Version, wms, wval,
+		due, c.now().UnixMilli(), c.slack.Milliseconds()).Int64Slice()
 	if err != nil {
 		return Release{}, err
 	}
 	switch res[0] {
+	case closeNotDue:
+		// Delivered before its due time by this worker's clock: a packed
+		// round's due time never moves, so there is nothing to publish
+		// again (Version 0); the delivery is retried at DueAt.
+		return Release{Result: ReleaseNotDue, DueAt: msTime(res[1])}, nil
 	case closeSuperseded:
 		return Release{Result: ReleaseSuperseded}, nil
 	case closeDone:

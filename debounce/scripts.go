@@ -36,6 +36,10 @@ var (
 	leaseTakeLua string
 	//go:embed scripts/store_identity.lua
 	storeIdentityLua string
+	//go:embed scripts/flush_packed.lua
+	flushPackedLua string
+	//go:embed scripts/flush_round.lua
+	flushRoundLua string
 
 	openPackedScript    = redis.NewScript(openPackedLua)
 	releasePackedScript = redis.NewScript(releasePackedLua)
@@ -50,6 +54,8 @@ var (
 	repairRoundScript   = redis.NewScript(repairRoundLua)
 	leaseTakeScript     = redis.NewScript(leaseTakeLua)
 	storeIdentityScript = redis.NewScript(storeIdentityLua)
+	flushPackedScript   = redis.NewScript(flushPackedLua)
+	flushRoundScript    = redis.NewScript(flushRoundLua)
 )
 
 // The statuses of the scripts that close a round (release_packed.lua and

@@ -149,7 +149,12 @@ func TestStoreDown(t *testing.T) {
 	}
 	srv.Stop()
 	before := len(pub.all())
-	d, err := c.Submit(ctx, debounce.Event{Type: "open", Args: json.RawMessage(`{"a":1}`)})
+	// An event of a round this process knows pending is answered locally,
+	// Redis or not (local.go): its round's job is published.
+	if d, err := c.Submit(ctx, debounce.Event{Type: "closed", Args: json.RawMessage(`{"a":1}`)}); err != nil || d.Outcome != debounce.OutcomeCoalesced {
+		t.Fatalf("a known round's event with Redis down: %+v %v, want coalesced locally", d, err)
+	}
+	d, err := c.Submit(ctx, debounce.Event{Type: "open", Args: json.RawMessage(`{"a":2}`)})
 	if err != nil || d.Outcome != debounce.OutcomeBypassed || d.Round != 0 {
 		t.Fatalf("fail open with Redis down: %+v %v, want bypassed", d, err)
 	}
@@ -157,7 +162,7 @@ func TestStoreDown(t *testing.T) {
 	if len(jobs) != 1 || jobs[0].Token != 0 || jobs[0].DueAt.IsZero() {
 		t.Errorf("fail open published %+v, want one delayed job with no token", jobs)
 	}
-	_, err = c.Submit(ctx, debounce.Event{Type: "closed", Args: json.RawMessage(`{"a":1}`)})
+	_, err = c.Submit(ctx, debounce.Event{Type: "closed", Args: json.RawMessage(`{"a":2}`)})
 	if !errors.Is(err, debounce.ErrStoreUnavailable) {
 		t.Fatalf("fail closed with Redis down: %v, want ErrStoreUnavailable", err)
 	}
@@ -170,11 +175,31 @@ func TestStoreDown(t *testing.T) {
 		}
 	}
 	// Redis back (empty): events open rounds again.
+	restarted := len(pub.all())
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := c.Submit(ctx, debounce.Event{Type: "closed", Args: json.RawMessage(`{"a":1}`)}); err != nil || d.Outcome != debounce.OutcomeScheduled {
+	if d, err := c.Submit(ctx, debounce.Event{Type: "closed", Args: json.RawMessage(`{"a":3}`)}); err != nil || d.Outcome != debounce.OutcomeScheduled {
 		t.Errorf("after restart: %+v %v", d, err)
+	}
+	// The locally answered event's round was lost with Redis's data: its
+	// flush finds it gone and submits the event again, which opens a round.
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.Flush(fctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.LocalStats(); st.Resubmitted != 1 || st.Joined != 1 {
+		t.Errorf("local stats %+v, want 1 joined, 1 submitted again", st)
+	}
+	var again []debounce.Job
+	for _, j := range pub.all()[restarted:] {
+		if string(j.Args) == `{"a":1}` {
+			again = append(again, j)
+		}
+	}
+	if len(again) != 1 || again[0].Type != "closed" || again[0].Token == 0 {
+		t.Errorf("after the flush: published %+v, want the new round of the event submitted again", again)
 	}
 }
 

@@ -124,6 +124,21 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 			return d, err
 		}
 	}
+	var opener *localRound // this caller asks Redis for the others of this process
+	if p.local {
+		ld, ok, op := c.joinLocal(ctx, p, key, now)
+		if ok {
+			ld.Type, ld.Key, ld.Fingerprint = d.Type, key, fp
+			return ld, nil
+		}
+		if opener = op; opener != nil {
+			defer func() {
+				if opener != nil {
+					c.settle(opener)
+				}
+			}()
+		}
+	}
 	r, err := p.layout.open(ctx, c, p, job, now, item)
 	if isWrongType(err) {
 		// The key holds a round of the other layout: the policy's payload
@@ -150,7 +165,12 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 			d.Outcome = OutcomePublished
 		}
 		d.DueAt = r.due
-		return c.publishOpened(ctx, p, d, job, r)
+		d, err = c.publishOpened(ctx, p, d, job, r)
+		if err == nil && opener != nil {
+			c.learn(opener, p, ev, d, r, now)
+			opener = nil
+		}
+		return d, err
 	case statusThrottled:
 		d.Outcome = OutcomeThrottled
 	case statusExtended:
@@ -186,6 +206,10 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 		}
 	case !p.hash && r.status == statusJoined && p.releasedByJob():
 		c.noteIfOverdue(ctx, p, job, now)
+	}
+	if opener != nil {
+		c.learn(opener, p, ev, d, r, now)
+		opener = nil
 	}
 	return d, nil
 }

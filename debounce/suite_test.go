@@ -174,11 +174,22 @@ func (f *fixture) submit(t *testing.T, typ, args string) debounce.Decision {
 
 func (f *fixture) start(t *testing.T, job debounce.Job) debounce.Release {
 	t.Helper()
+	f.flush(t)
 	rel, err := f.c.Start(context.Background(), job)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	return rel
+}
+
+// flush adds the events answered locally to their rounds in Redis, as the
+// flush does within milliseconds (the fake clock stands still, the flush
+// does not wait for it).
+func (f *fixture) flush(t *testing.T) {
+	t.Helper()
+	if err := f.c.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
 }
 
 func expectOutcomes(t *testing.T, got []debounce.Decision, want ...debounce.Outcome) {
@@ -232,6 +243,10 @@ func TestDebounceFixedWindow(t *testing.T) {
 		if job.Token != d1.Round || !job.DueAt.Equal(wantDue) || !job.OpenedAt.Equal(first) || string(job.Args) != `{"tenant_id":42,"order":1}` {
 			t.Errorf("published job %+v", job)
 		}
+		if early := f.start(t, job); early.Result != debounce.ReleaseNotDue || !early.DueAt.Equal(wantDue) || early.Version != 0 {
+			t.Errorf("Start 18 s before due: %+v, want not due until %v", early, wantDue)
+		}
+		f.clock.Advance(18 * time.Second)
 		rel := f.start(t, job)
 		if rel.Result != debounce.ReleaseReleased || rel.Starts != 1 || rel.Summary.Events != 3 || !rel.Summary.FirstSeen.Equal(first) {
 			t.Fatalf("Start: %+v", rel)
@@ -764,6 +779,7 @@ func TestRetryOfARoundTakenBeforeStartCounts(t *testing.T) {
 		f.submit(t, "recompute", `{"n":1}`)
 		f.submit(t, "recompute", `{"n":1}`)
 		job := f.pub.distinct()[0]
+		f.clock.Advance(30 * time.Second)
 		rel := f.start(t, job)
 		ctx := context.Background()
 		var (

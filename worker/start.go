@@ -169,6 +169,11 @@ func startDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Pub
 		// never dead-lettered (that would strand the round). Publish it
 		// again for its due time; if that fails, the delivery comes back
 		// and Start hands out the next version.
+		if rel.Version == 0 {
+			// A fixed due time this worker's clock has not reached
+			// (the clocks are apart): the same message, later.
+			return Started{Action: StartRetry, Delay: max(time.Until(rel.DueAt), 10*time.Millisecond), Reason: "round not due yet by this worker's clock"}, nil
+		}
 		next := job.Job
 		next.DueAt, next.Version = rel.DueAt, rel.Version
 		if pub == nil {

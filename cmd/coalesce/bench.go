@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"sync/atomic"
@@ -77,6 +78,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 
 	res := loadgen.Result{Mode: *mode, Payload: *payload, Events: *events, Keys: *keys, Concurrency: *conc}
 	var rdb redis.UniversalClient
+	var co *debounce.Coalescer                               // library: to read its local-join stats
 	var submit func(ctx context.Context, from, to int) error // decides events [from, to)
 	var opened, published atomic.Int64
 	var opens []bool // library: per event, whether it opened a round
@@ -182,7 +184,8 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		if err != nil {
 			return err
 		}
-		co, err := debounce.New(debounce.Config{Redis: conns.Redis, Publisher: pub, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix})
+		co, err = debounce.New(debounce.Config{Redis: conns.Redis, Publisher: pub, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix,
+			LocalJoins: cfg.Local.Mode, FlushInterval: cfg.Local.FlushInterval, ClockSkew: cfg.Local.ClockSkew, MaxLocalRounds: cfg.Local.MaxRounds})
 		if err != nil {
 			return err
 		}
@@ -212,6 +215,21 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		Allocs: res.Via == "library", CPUProfile: *cpuProfile}, &res)
 	if err != nil {
 		return err
+	}
+	if co != nil {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ferr := co.Flush(fctx)
+		cancel()
+		if ferr != nil {
+			return ferr
+		}
+		st := co.LocalStats()
+		res.LocalJoined, res.Flushes, res.FlushedRounds, res.Resubmitted = &st.Joined, &st.Flushes, &st.FlushedKeys, &st.Resubmitted
+		mean := 0.0
+		if st.Flushes > 0 {
+			mean = math.Round(float64(st.FlushTime.Microseconds())/float64(st.Flushes)*10) / 10
+		}
+		res.FlushMeanUs = &mean
 	}
 	out, _ := json.Marshal(res)
 	fmt.Fprintln(stdout, string(out))

@@ -23,6 +23,11 @@
 --            version of the round finding it taken does not run)
 -- ARGV[6] -> with KEYS[5]: the window's length, ms
 -- ARGV[7] -> with KEYS[5]: the value to open the window with
+-- ARGV[8] -> take: the round's due time, unix ms ("0": immediate); a round
+--            not due (within ARGV[10]) is not taken: events may still be
+--            joining it (local joins count on this, local.go)
+-- ARGV[9] -> take: now, unix ms
+-- ARGV[10] -> take: slack, ms: a round due within it counts as due
 -- Returns {status, value, starts}:
 --   CLOSED (value: the packed value, for the summary; starts 1 when taken)
 --   MISSING (expired, or already closed)
@@ -34,6 +39,7 @@
 --     the taken copy; starts: deliveries that reached it, this one included)
 --   SUPERSEDED: taken by another version's message (take only)
 --   DONE: its job finished (Finish) a moment ago (take only)
+--   NOT_DUE: not due yet (take only; value: the due time)
 
 -- Statuses: one code per meaning in every script that closes a round
 -- (Go: the close* constants in scripts.go; TestScriptStatuses checks them).
@@ -44,6 +50,7 @@ local taken_ttl = ARGV[4]
 local job_version = ARGV[5]
 local window_ms = ARGV[6]
 local window_value = ARGV[7]
+local due, now, slack = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local STALE, MISSING, CLOSED, NOT_DUE, KEPT, SHARED, RETRY, SUPERSEDED, DONE = -1, 0, 1, 2, 3, 4, 5, 6, 7
 
 local RND, PUB, CNT = 549755813888, 274877906944, 65536 -- 2^39, 2^38, 2^16
@@ -70,6 +77,7 @@ if not mine then
   if raw then return {STALE, v} end
   return {MISSING, 0}
 end
+if op == 'take' and due > 0 and now + slack < due then return {NOT_DUE, due, 0} end
 if op == 'backout' then
   if math.floor(v / PUB) % 2 == 1 then return {KEPT, v} end
   if math.floor(v / CNT) % 4194304 > 1 then return {SHARED, v} end

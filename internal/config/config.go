@@ -80,6 +80,7 @@ type Config struct {
 	Policies []debounce.Policy `yaml:"policies,custom"`
 	Cron     []CronRule        `yaml:"cron,custom"`
 	Worker   Worker            `yaml:"worker"`
+	Local    LocalJoins        `yaml:"local_joins"`
 	Source   string            `yaml:"-"` // file the config came from ("" when none)
 }
 
@@ -182,6 +183,16 @@ type Worker struct {
 	MaxDeliver  int             `yaml:"max_deliver"`
 	AckWait     time.Duration   `yaml:"ack_wait"`
 	Backoff     []time.Duration `yaml:"backoff"`
+}
+
+// LocalJoins tunes the daemon's local joins (debounce.Config): events of a
+// round the daemon knows pending answered without a Redis call, where that
+// cannot lose an event, and flushed to Redis within FlushInterval.
+type LocalJoins struct {
+	Mode          debounce.LocalJoins `yaml:"mode"`           // auto (default) or off
+	FlushInterval time.Duration       `yaml:"flush_interval"` // default debounce.DefaultFlushInterval
+	ClockSkew     time.Duration       `yaml:"clock_skew"`     // default debounce.DefaultClockSkew
+	MaxRounds     int                 `yaml:"max_rounds"`     // default debounce.DefaultMaxLocalRounds
 }
 
 // Load reads the configuration file at path ("" means none: defaults only),

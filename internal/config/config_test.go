@@ -419,9 +419,9 @@ func TestLoadRefuses(t *testing.T) {
 	}{
 		// Keys.
 		{"unknown top-level key", "redsi:\n  url: x\n",
-			nil, `FILE:1: redsi: unknown key (known: redis, nats, http, embedded, policies, cron, worker)`},
+			nil, `FILE:1: redsi: unknown key (known: redis, nats, http, embedded, policies, cron, worker, local_joins)`},
 		{"unknown policy key", "policies:\n  recompute:\n    mode: debounce\n    mood: happy\n",
-			nil, `FILE:4: policies.recompute.mood: unknown key (known: mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail, exclusive, lease)`},
+			nil, `FILE:4: policies.recompute.mood: unknown key (known: mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail, exclusive, lease, local_joins)`},
 		{"unknown nested key", "nats:\n  ingest:\n    durabel: true\n",
 			nil, `FILE:3: nats.ingest.durabel: unknown key (known: request_reply, durable, stream)`},
 		{"odd key is quoted", "http:\n  \"list en\": x\n",
@@ -433,7 +433,7 @@ func TestLoadRefuses(t *testing.T) {
 
 		// Shapes and scalars.
 		{"top level is a list", "- redis\n",
-			nil, `FILE:1: the file must be a mapping of keys (redis, nats, http, embedded, policies, cron, worker) to values, not a list`},
+			nil, `FILE:1: the file must be a mapping of keys (redis, nats, http, embedded, policies, cron, worker, local_joins) to values, not a list`},
 		{"section is a string", "redis: localhost\n",
 			nil, `FILE:1: redis: must be a mapping of keys to values, not a string`},
 		{"policies is a list", "policies:\n  - recompute\n",
@@ -510,6 +510,14 @@ func TestLoadRefuses(t *testing.T) {
 			nil, `FILE:2: redis.prefix: "a{b}" must not contain { } * ? [ ] or \`},
 		{"ack wait", "worker:\n  ack_wait: 100ms\n",
 			nil, `FILE:2: worker.ack_wait: 100ms is shorter than 300ms`},
+		{"local joins mode", "local_joins:\n  mode: sometimes\n",
+			nil, `FILE:2: local_joins.mode: "sometimes" is not a mode; use auto or off`},
+		{"local joins flush interval", "local_joins:\n  flush_interval: 2s\n",
+			nil, `FILE:2: local_joins.flush_interval: 2s is outside 1ms to 1s`},
+		{"local joins clock skew", "local_joins:\n  clock_skew: 2m\n",
+			nil, `FILE:2: local_joins.clock_skew: 2m0s is outside 1ms to 1m`},
+		{"policy local joins", "policies:\n  recompute:\n    mode: debounce\n    window: 1s\n    local_joins: never\n",
+			nil, `FILE:5: policies.recompute.local_joins: "never" is not a setting; use auto or off`},
 
 		// Policies.
 		{"debounce without window", "policies:\n  recompute:\n    mode: debounce\n",
@@ -897,7 +905,7 @@ func TestKnownKeysInOrder(t *testing.T) {
 		fs      []field
 		want    string
 	}{
-		{"", d.tagged(c), "redis, nats, http, embedded, policies, cron, worker"},
+		{"", d.tagged(c), "redis, nats, http, embedded, policies, cron, worker, local_joins"},
 		{"redis", d.tagged(&c.Redis), "url, addrs, sentinel, username, password, db, tls, prefix, persistence, eviction"},
 		{"redis.sentinel", d.sentinelFields(&c.Redis), "master, addrs"},
 		{"tls", d.tagged(&c.Redis.TLS), "enabled, ca_file, cert_file, key_file, insecure_skip_verify"},
@@ -905,7 +913,8 @@ func TestKnownKeysInOrder(t *testing.T) {
 		{"nats.ingest", d.tagged(&c.NATS.Ingest), "request_reply, durable, stream"},
 		{"http", d.tagged(&c.HTTP), "listen, tokens, public_metrics, body_limit, read_timeout, write_timeout"},
 		{"embedded", d.tagged(&c.Embedded), "nats_listen, redis_listen, data_dir"},
-		{"policies.*", d.tagged(&p), "mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail, exclusive, lease"},
+		{"policies.*", d.tagged(&p), "mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail, exclusive, lease, local_joins"},
+		{"local_joins", d.tagged(&c.Local), "mode, flush_interval, clock_skew, max_rounds"},
 		{"cron[*]", d.tagged(&r), "name, schedule, timezone, type, args, key"},
 		{"worker", d.tagged(&c.Worker), "concurrency, max_deliver, ack_wait, backoff"},
 	} {

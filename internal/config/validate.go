@@ -31,6 +31,7 @@ func (d *decoder) validate(c *Config) error {
 		d.validatePolicies,
 		d.validateCron,
 		d.validateWorker,
+		d.validateLocal,
 	}
 	for _, check := range checks {
 		if err := check(c); err != nil {
@@ -413,6 +414,25 @@ func (d *decoder) checkArgs(base string, args json.RawMessage, p debounce.Policy
 		if json.Unmarshal(args, &obj) != nil || obj[p.ItemField] == nil {
 			return d.pathErr(argsPath, nil, "has no member %s, the policy's item_field", quote(p.ItemField))
 		}
+	}
+	return nil
+}
+
+func (d *decoder) validateLocal(c *Config) error {
+	l := &c.Local
+	switch l.Mode {
+	case debounce.LocalJoinsAuto, "auto", debounce.LocalJoinsOff:
+	default:
+		return d.pathErr("local_joins.mode", nil, "%s is not a mode; use auto or off", quote(string(l.Mode)))
+	}
+	if l.FlushInterval < 0 || l.FlushInterval > time.Second {
+		return d.pathErr("local_joins.flush_interval", nil, "%v is outside 1ms to 1s", l.FlushInterval)
+	}
+	if l.ClockSkew < 0 || l.ClockSkew > time.Minute {
+		return d.pathErr("local_joins.clock_skew", nil, "%v is outside 1ms to 1m", l.ClockSkew)
+	}
+	if l.MaxRounds < 0 {
+		return d.pathErr("local_joins.max_rounds", nil, "must not be negative")
 	}
 	return nil
 }

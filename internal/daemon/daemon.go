@@ -104,6 +104,12 @@ type Conns struct {
 // Close closes everything Connect opened: NATS is drained first, so
 // publishes under way complete.
 func (c *Conns) Close() {
+	if c.Coalescer != nil {
+		// The locally joined events' counts go to Redis before it closes.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = c.Coalescer.Flush(ctx)
+		cancel()
+	}
 	if c.NATS != nil {
 		_ = c.NATS.Drain()
 		deadline := time.Now().Add(10 * time.Second)
@@ -231,7 +237,8 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	if c.Publisher, err = publisher.New(ctx, c.JetStream, pcfg); err != nil {
 		return fail(fmt.Errorf("nats: %w", err))
 	}
-	dcfg := debounce.Config{Redis: c.Redis, Publisher: c.Publisher, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix, Logger: log}
+	dcfg := debounce.Config{Redis: c.Redis, Publisher: c.Publisher, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix, Logger: log,
+		LocalJoins: cfg.Local.Mode, FlushInterval: cfg.Local.FlushInterval, ClockSkew: cfg.Local.ClockSkew, MaxLocalRounds: cfg.Local.MaxRounds}
 	if m != nil {
 		dcfg.Hooks = m.DebounceHooks()
 	}

@@ -47,6 +47,15 @@ type Result struct {
 	RedisBytesPerRound  *float64 `json:"redis_bytes_per_round"`
 	ClientCPUusPerEvent float64  `json:"client_cpu_us_per_event"`
 	AllocsPerEvent      float64  `json:"allocs_per_event"`
+	// Local joins (library only): events answered without a Redis call,
+	// the flushes that added them to their rounds (script calls, rounds
+	// carried, mean round trip) and events submitted again because their
+	// round was gone at the flush.
+	LocalJoined   *uint64  `json:"local_joined,omitempty"`
+	Flushes       *uint64  `json:"flushes,omitempty"`
+	FlushedRounds *uint64  `json:"flushed_rounds,omitempty"`
+	FlushMeanUs   *float64 `json:"flush_mean_us,omitempty"`
+	Resubmitted   *uint64  `json:"resubmitted,omitempty"`
 }
 
 // Submit decides events [from, to): one request (a batch) of the workload.

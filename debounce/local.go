@@ -1,0 +1,367 @@
+package debounce
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Local joins: an event for a round this process knows to be pending and
+// published is answered here, with no Redis call, when the answer cannot
+// lose anything, and is added to the round in Redis by the next flush
+// (flush.go).
+//
+// Which policies: those whose answer to a joining event changes nothing but
+// the round's count and last-seen time (and, with Extend, its due time,
+// which the flush carries):
+//
+//   - debounce with payload first, fixed or extended (the job carries the
+//     first event's args, which the round's message already has);
+//   - throttle without trailing (the event is dropped inside the window);
+//   - dedup until expiry (the event is a duplicate inside the expiry).
+//
+// Payload last and accumulate, dedup until start or success and throttle
+// with trailing always go to Redis: a producer crash would lose their data,
+// or the round's end is not a time known in advance.
+//
+// Until when: a round cannot be taken before its due time (every layout's
+// take refuses a round that is not due, within Config.DueSlack), a throttle
+// window and a dedup reservation last until their expiry. A local answer is
+// given only until the guard before that time (localGuard: DueSlack +
+// ClockSkew + the flush's own margin); after it, events go to Redis.
+//
+// What it guarantees. Without a crash, every locally answered event reaches
+// Redis in a flush that applies it only if the round's token is still there
+// (not taken, cancelled, expired or replaced); otherwise the events are
+// submitted again as ordinary events. So I1 holds whatever the clocks do.
+// If the producer crashes, the events it answered locally in its last flush
+// interval are missing from their round's count, but their round's job
+// still runs after them — provided every clock (producers, workers, Redis,
+// NATS) is within Config.ClockSkew of every other.
+
+// LocalJoins turns local joins on or off, for a Coalescer (Config.LocalJoins)
+// or a policy (Policy.LocalJoins).
+type LocalJoins string
+
+// LocalJoins values.
+const (
+	// LocalJoinsAuto (the default, also "auto"): on for the policies where a
+	// local answer cannot lose an event (see local.go), off elsewhere.
+	LocalJoinsAuto LocalJoins = ""
+	// LocalJoinsOff: every event goes to Redis.
+	LocalJoinsOff LocalJoins = "off"
+)
+
+// Defaults of the local-join settings of Config.
+const (
+	// DefaultFlushInterval is how long a locally joined event waits, at
+	// most, before the flush adds it to its round in Redis.
+	DefaultFlushInterval = 2 * time.Millisecond
+	// DefaultClockSkew is the largest difference assumed between the clocks
+	// of producers, workers, Redis and NATS servers: local answers stop this
+	// long (plus DueSlack) before the time a round can be taken or expire.
+	DefaultClockSkew = 250 * time.Millisecond
+	// DefaultMaxLocalRounds bounds the rounds a Coalescer remembers for local
+	// joins; beyond it, events of rounds it does not know go to Redis.
+	DefaultMaxLocalRounds = 100_000
+)
+
+// openerWait bounds how long an event waits for this process's opener of its
+// round before it asks Redis itself.
+const openerWait = time.Second
+
+// flushMargin covers a flush's own round trip in the guard, so that in the
+// ordinary case the flush lands before the round can be taken.
+const flushMargin = 50 * time.Millisecond
+
+// localEligible says whether a policy's events may be answered locally.
+func (p *compiled) localEligible() bool {
+	if p.LocalJoins == LocalJoinsOff {
+		return false
+	}
+	switch p.Mode {
+	case ModeDebounce:
+		return p.Payload == PayloadFirst
+	case ModeThrottle:
+		return !p.Trailing && p.Payload == PayloadFirst
+	case ModeDedup:
+		return p.Until == UntilExpiry && p.Payload == PayloadFirst
+	}
+	return false
+}
+
+// localKey names a round this process may answer for.
+type localKey struct {
+	p   *compiled
+	key RoundKey
+}
+
+// localRound is what this process knows of a pending round, and the events
+// it answered for it since the last flush.
+type localRound struct {
+	lk      localKey
+	token   Token
+	rkey    string // the Redis key the token belongs to
+	hash    bool   // hash layout (an extended round)
+	outcome Outcome
+	opened  time.Time // the round's first event (extend: the max-wait base)
+	args    []byte    // an event's args, copied: to submit again if the round is gone
+	explKey string    // the events' explicit key, if any
+
+	// Guarded by the shard's mutex.
+	until    int64     // unix ms: local answers while now is before it
+	due      time.Time // the due time the last Redis answer gave
+	count    int       // events in Redis at the last answer
+	pending  int       // answered here since the last flush
+	flushing int       // answered here, in a flush under way
+	last     int64     // unix ms: latest event answered here
+	dirty    bool      // queued for the next flush
+	gone     bool      // the flush found the round gone: answer no more
+	opening  chan struct{}
+}
+
+const localShards = 64
+
+type localShard struct {
+	mu sync.Mutex
+	m  map[localKey]*localRound
+}
+
+// LocalStats counts what local joins did; Coalescer.LocalStats reads them.
+type LocalStats struct {
+	Joined      uint64        // events answered locally
+	Flushes     uint64        // flush round trips (one pipeline of script calls, one call per slot)
+	FlushedKeys uint64        // rounds flushed (each carries the events of one round)
+	Resubmitted uint64        // events submitted again: their round was gone at the flush
+	FlushErrors uint64        // flushes that failed (retried)
+	FlushTime   time.Duration // total time of the flush round trips
+	Rounds      int           // rounds remembered now
+}
+
+type localState struct {
+	shards [localShards]localShard
+	rounds atomic.Int64 // entries in the shards
+
+	every time.Duration // flush interval
+	guard time.Duration // answers stop this long before due/expiry
+	max   int64         // entries at most
+
+	fmu     sync.Mutex // one flush at a time
+	qmu     sync.Mutex
+	queue   []*localRound  // dirty rounds, in the order they became dirty
+	retry   []resubmission // events to submit again, their round gone
+	running bool           // a flusher goroutine is running
+	wake    chan struct{}
+	held    atomic.Bool // tests: the background flusher waits (HoldFlushes)
+
+	joined, flushes, flushedKeys, resubmitted, flushErrors atomic.Uint64
+	flushNanos                                             atomic.Int64
+}
+
+func newLocalState(every, guard time.Duration, max int) *localState {
+	ls := &localState{every: every, guard: guard, max: int64(max), wake: make(chan struct{}, 1)}
+	for i := range ls.shards {
+		ls.shards[i].m = make(map[localKey]*localRound)
+	}
+	return ls
+}
+
+func (ls *localState) shard(key RoundKey) *localShard {
+	return &ls.shards[key[0]%localShards]
+}
+
+// LocalStats reports what local joins did since New.
+func (c *Coalescer) LocalStats() LocalStats {
+	ls := c.local
+	if ls == nil {
+		return LocalStats{}
+	}
+	return LocalStats{
+		Joined: ls.joined.Load(), Flushes: ls.flushes.Load(), FlushedKeys: ls.flushedKeys.Load(),
+		Resubmitted: ls.resubmitted.Load(), FlushErrors: ls.flushErrors.Load(),
+		FlushTime: time.Duration(ls.flushNanos.Load()), Rounds: int(ls.rounds.Load()),
+	}
+}
+
+// joinLocal answers an event locally when this process knows its round. It
+// returns ok false when the event must go to Redis; then, if opener is not
+// nil, this caller is the one who asks Redis for the key (others of this
+// process wait for its answer, then join locally) and must call
+// learn or settle with it.
+func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, now time.Time) (d Decision, ok bool, opener *localRound) {
+	ls := c.local
+	lk := localKey{p, key}
+	sh := ls.shard(key)
+	nowMs := now.UnixMilli()
+	for range 3 {
+		sh.mu.Lock()
+		lr := sh.m[lk]
+		switch {
+		case lr == nil:
+			if ls.rounds.Load() >= ls.max {
+				sh.mu.Unlock()
+				return d, false, nil
+			}
+			lr = &localRound{lk: lk, opening: make(chan struct{})}
+			sh.m[lk] = lr
+			ls.rounds.Add(1)
+			sh.mu.Unlock()
+			return d, false, lr
+		case lr.opening != nil:
+			wait := lr.opening
+			sh.mu.Unlock()
+			t := time.NewTimer(openerWait)
+			select {
+			case <-wait:
+				t.Stop()
+				now = c.now()
+				nowMs = now.UnixMilli()
+				continue
+			case <-t.C:
+				return d, false, nil // the opener is slow: ask Redis
+			case <-ctx.Done():
+				t.Stop()
+				return d, false, nil
+			}
+		case lr.gone || nowMs >= lr.until:
+			if lr.dirty {
+				// Its events wait for their flush, which forgets it.
+				sh.mu.Unlock()
+				return d, false, nil
+			}
+			// Past its local time: this caller asks Redis again.
+			c.dropLocked(sh, lr)
+			sh.mu.Unlock()
+			continue
+		}
+		lr.pending++
+		if nowMs > lr.last {
+			lr.last = nowMs
+		}
+		queue := !lr.dirty
+		lr.dirty = true
+		d = Decision{Outcome: lr.outcome, Round: lr.token, Events: lr.count + lr.flushing + lr.pending, DueAt: lr.due}
+		if p.Extend {
+			due := now.Add(p.Window)
+			if cap := lr.opened.Add(p.MaxWait); due.After(cap) {
+				due = cap
+			}
+			if due.After(lr.due) {
+				d.Outcome, d.DueAt = OutcomeExtended, due
+			}
+		}
+		sh.mu.Unlock()
+		ls.joined.Add(1)
+		if queue {
+			ls.enqueue(c, lr)
+		}
+		return d, true, nil
+	}
+	return d, false, nil
+}
+
+// learn records, in the opener's entry, the round a Redis answer showed
+// pending and published, and lets the waiting events join it. Any other
+// answer (an error, a round not published, another layout's round) settles
+// the entry away.
+func (c *Coalescer) learn(lr *localRound, p *compiled, ev Event, d Decision, r reply, now time.Time) {
+	ls := c.local
+	sh := ls.shard(lr.lk.key)
+	until, ok := c.localUntil(p, d, r)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !ok || now.UnixMilli() >= until || sh.m[lr.lk] != lr {
+		c.dropLocked(sh, lr)
+		return
+	}
+	lr.token, lr.rkey, lr.hash = r.token, r.rkey, r.token.isHashToken()
+	lr.outcome = d.Outcome
+	switch d.Outcome {
+	case OutcomeScheduled, OutcomeExtended:
+		lr.outcome = OutcomeCoalesced
+	case OutcomePublished:
+		lr.outcome = OutcomeDuplicate
+		if p.Mode == ModeThrottle {
+			lr.outcome = OutcomeThrottled
+		}
+	}
+	lr.opened = r.openedAt
+	lr.args = append([]byte(nil), ev.Args...)
+	lr.explKey = ev.Key
+	lr.until, lr.due, lr.count = until, d.DueAt, d.Events
+	close(lr.opening)
+	lr.opening = nil
+}
+
+// settle gives up an opener's entry (the Redis answer cannot be joined
+// locally), waking its waiters, who then ask Redis themselves.
+func (c *Coalescer) settle(lr *localRound) {
+	sh := c.local.shard(lr.lk.key)
+	sh.mu.Lock()
+	c.dropLocked(sh, lr)
+	sh.mu.Unlock()
+}
+
+// dropLocked removes an entry that is still opening (its waiters wake) or
+// has nothing pending.
+func (c *Coalescer) dropLocked(sh *localShard, lr *localRound) {
+	if lr.opening != nil {
+		close(lr.opening)
+		lr.opening = nil
+	}
+	lr.gone = true
+	if sh.m[lr.lk] == lr {
+		delete(sh.m, lr.lk)
+		c.local.rounds.Add(-1)
+	}
+}
+
+// localUntil is the time until which events of the round of this answer may
+// be answered locally, and whether they may at all: the round must be one
+// of the policy's own layout, pending and published.
+func (c *Coalescer) localUntil(p *compiled, d Decision, r reply) (int64, bool) {
+	if r.token == 0 || r.fire || r.token.isHashToken() != p.hash {
+		return 0, false
+	}
+	guard := c.local.guard.Milliseconds()
+	switch p.Mode {
+	case ModeDebounce:
+		if d.DueAt.IsZero() {
+			return 0, false
+		}
+		return d.DueAt.UnixMilli() - guard, true
+	case ModeThrottle:
+		if d.Outcome != OutcomeThrottled && d.Outcome != OutcomePublished {
+			return 0, false
+		}
+		exp, _ := r.token.packedParts() // the window's expiry
+		return exp - guard, true
+	case ModeDedup:
+		exp, _ := r.token.packedParts()
+		return exp - guard, true
+	}
+	return 0, false
+}
+
+// forget drops what this process knows of a key's round (it was taken or
+// cancelled here); events answered locally for it are still flushed, and
+// submitted again if the round is gone.
+func (c *Coalescer) forget(jobType string, key RoundKey) {
+	if c.local == nil {
+		return
+	}
+	p, ok := c.policies[jobType]
+	if !ok {
+		return
+	}
+	sh := c.local.shard(key)
+	sh.mu.Lock()
+	if lr := sh.m[localKey{p, key}]; lr != nil && lr.opening == nil {
+		lr.until = 0
+		if !lr.dirty {
+			c.dropLocked(sh, lr)
+		}
+	}
+	sh.mu.Unlock()
+}
