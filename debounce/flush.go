@@ -3,6 +3,7 @@ package debounce
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -51,7 +52,7 @@ func (c *Coalescer) flushLoop() {
 	defer sweep.Stop()
 	for {
 		ls.qmu.Lock()
-		empty := len(ls.queue) == 0 && len(ls.retry) == 0
+		empty := len(ls.queue) == 0 && len(ls.retry) == 0 && len(ls.unsent) == 0
 		if empty && ls.rounds.Load() == 0 {
 			ls.running = false
 			ls.qmu.Unlock()
@@ -71,7 +72,9 @@ func (c *Coalescer) flushLoop() {
 			continue
 		}
 		if err := c.flushLocal(context.Background()); err != nil {
-			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+			// Short: once Redis answers again, the events should reach
+			// their rounds before those can be taken.
+			backoff = min(max(2*backoff, 20*time.Millisecond), 200*time.Millisecond)
 		} else {
 			backoff = 0
 		}
@@ -94,7 +97,7 @@ func (c *Coalescer) Flush(ctx context.Context) error {
 	for {
 		err := c.flushLocal(ctx)
 		c.local.qmu.Lock()
-		left := len(c.local.queue) + len(c.local.retry)
+		left := len(c.local.queue) + len(c.local.retry) + len(c.local.unsent)
 		c.local.qmu.Unlock()
 		if err == nil && left == 0 {
 			return nil
@@ -124,7 +127,19 @@ type resubmission struct {
 	n  int
 }
 
-// flushLocal flushes the queue once (and retries pending resubmissions).
+// flushCall is one flush script call: its rounds' share, their keys and
+// the call's marker (last key), and its arguments. A call whose reply did
+// not come is sent again as it is: the marker makes it apply once.
+type flushCall struct {
+	hash   bool
+	rounds []flushed
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// flushLocal flushes the queue once, with the calls still unanswered from
+// earlier flushes, and retries pending resubmissions.
 func (c *Coalescer) flushLocal(ctx context.Context) error {
 	ls := c.local
 	ls.fmu.Lock()
@@ -134,6 +149,8 @@ func (c *Coalescer) flushLocal(ctx context.Context) error {
 	ls.queue = nil
 	retry := ls.retry
 	ls.retry = nil
+	calls := ls.unsent
+	ls.unsent = nil
 	ls.qmu.Unlock()
 
 	var packedRounds, hashRounds []flushed
@@ -153,103 +170,105 @@ func (c *Coalescer) flushLocal(ctx context.Context) error {
 			packedRounds = append(packedRounds, f)
 		}
 	}
-	var errs []error
-	if len(packedRounds)+len(hashRounds) > 0 {
+	calls = c.flushCalls(calls, packedRounds, false)
+	calls = c.flushCalls(calls, hashRounds, true)
+	var err error
+	if len(calls) > 0 {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
-		if err := c.flushRounds(fctx, packedRounds, false); err != nil {
-			errs = append(errs, err)
-		}
-		if err := c.flushRounds(fctx, hashRounds, true); err != nil {
-			errs = append(errs, err)
-		}
+		err = c.sendFlush(fctx, calls)
 		cancel()
 	}
 	for _, rs := range retry {
-		if err := c.resubmit(ctx, rs); err != nil {
-			errs = append(errs, err)
+		if rerr := c.resubmit(ctx, rs); rerr != nil && err == nil {
+			err = rerr
 		}
 	}
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	return nil
+	return err
 }
 
-// flushRounds sends one layout's share, grouped by Cluster slot, and applies
-// the replies. On a Redis error the events go back to their rounds for the
-// next flush.
-func (c *Coalescer) flushRounds(ctx context.Context, rounds []flushed, hash bool) error {
-	if len(rounds) == 0 {
-		return nil
-	}
-	script, per := flushPackedScript, 4
+// flushCalls groups one layout's rounds by Cluster slot into script calls.
+func (c *Coalescer) flushCalls(calls []*flushCall, rounds []flushed, hash bool) []*flushCall {
+	per := 4
 	if hash {
-		script, per = flushRoundScript, 5
+		per = 5
 	}
-	groups := c.slotGroups(rounds)
-	pipe := c.rdb.Pipeline()
-	type sent struct {
-		rounds []flushed
-		keys   []string
-		args   []any
-		cmd    *redis.Cmd
-	}
-	var calls []*sent
-	for _, g := range groups {
+	for _, g := range c.slotGroups(rounds) {
 		for len(g) > 0 {
 			n := min(len(g), flushChunk)
-			s := &sent{rounds: g[:n], keys: make([]string, 0, n), args: make([]any, 0, n*per)}
-			for _, f := range s.rounds {
-				s.keys = append(s.keys, f.lr.rkey)
-				s.args = c.appendFlushArgs(s.args, f, hash)
+			fc := &flushCall{hash: hash, rounds: g[:n], keys: make([]string, 0, n+1), args: make([]any, 0, n*per)}
+			for _, f := range fc.rounds {
+				fc.keys = append(fc.keys, f.lr.rkey)
+				fc.args = c.appendFlushArgs(fc.args, f, hash)
 			}
-			s.cmd = script.EvalSha(ctx, pipe, s.keys, s.args...)
-			calls = append(calls, s)
+			fc.keys = append(fc.keys, fc.keys[0]+"~f"+strconv.FormatUint(rand.Uint64(), 16))
+			calls = append(calls, fc)
 			g = g[n:]
 		}
 	}
+	return calls
+}
+
+// sendFlush sends the calls in one pipeline and applies their replies.
+// Calls that got no reply (Redis down, the reply lost) are kept to be sent
+// again, unchanged, by the next flush.
+func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
+	script := func(fc *flushCall) *redis.Script {
+		if fc.hash {
+			return flushRoundScript
+		}
+		return flushPackedScript
+	}
 	start := time.Now()
+	pipe := c.rdb.Pipeline()
+	for _, fc := range calls {
+		fc.cmd = script(fc).EvalSha(ctx, pipe, fc.keys, fc.args...)
+	}
 	_, _ = pipe.Exec(ctx)
-	var retry []*sent
-	for _, s := range calls {
-		if isNoScript(s.cmd.Err()) {
-			retry = append(retry, s)
+	var reload []*flushCall
+	for _, fc := range calls {
+		if isNoScript(fc.cmd.Err()) {
+			reload = append(reload, fc)
 		}
 	}
-	if len(retry) > 0 {
+	if len(reload) > 0 {
 		pipe = c.rdb.Pipeline()
-		for _, s := range retry {
-			s.cmd = script.Eval(ctx, pipe, s.keys, s.args...)
+		for _, fc := range reload {
+			fc.cmd = script(fc).Eval(ctx, pipe, fc.keys, fc.args...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
 	c.local.flushes.Add(1)
 	c.local.flushNanos.Add(int64(time.Since(start)))
 	var firstErr error
-	for _, s := range calls {
-		res, err := s.cmd.Int64Slice()
-		if err == nil && len(res) != len(s.rounds)*(1+b2i(hash)) {
-			err = fmt.Errorf("flush: %d replies for %d rounds", len(res), len(s.rounds))
+	var unsent []*flushCall
+	for _, fc := range calls {
+		res, err := fc.cmd.Int64Slice()
+		if err == nil && len(res) != len(fc.rounds)*(1+b2i(fc.hash)) {
+			err = fmt.Errorf("flush: %d replies for %d rounds", len(res), len(fc.rounds))
 		}
+		fc.cmd = nil
 		if err != nil {
 			c.local.flushErrors.Add(1)
 			if firstErr == nil {
 				firstErr = err
-				c.log.Warn("flushing locally joined events failed; retried", "rounds", len(s.rounds), "err", err)
+				c.log.Warn("flushing locally joined events failed; sent again", "rounds", len(fc.rounds), "err", err)
 			}
-			for _, f := range s.rounds {
-				c.requeue(f)
-			}
+			unsent = append(unsent, fc)
 			continue
 		}
-		c.local.flushedKeys.Add(uint64(len(s.rounds)))
-		for i, f := range s.rounds {
-			if hash {
+		c.local.flushedKeys.Add(uint64(len(fc.rounds)))
+		for i, f := range fc.rounds {
+			if fc.hash {
 				c.applyFlush(f, res[2*i], res[2*i+1])
 			} else {
 				c.applyFlush(f, res[i], 0)
 			}
 		}
+	}
+	if len(unsent) > 0 {
+		c.local.qmu.Lock()
+		c.local.unsent = append(c.local.unsent, unsent...)
+		c.local.qmu.Unlock()
 	}
 	return firstErr
 }
@@ -306,24 +325,6 @@ func (c *Coalescer) applyFlush(f flushed, count, due int64) {
 	sh.mu.Unlock()
 }
 
-// requeue gives a failed flush's events back to their round.
-func (c *Coalescer) requeue(f flushed) {
-	ls := c.local
-	sh := ls.shard(f.lr.lk.key)
-	sh.mu.Lock()
-	f.lr.flushing -= f.n
-	f.lr.pending += f.n
-	f.lr.last = max(f.lr.last, f.last)
-	queue := !f.lr.dirty
-	f.lr.dirty = true
-	sh.mu.Unlock()
-	if queue {
-		ls.qmu.Lock()
-		ls.queue = append(ls.queue, f.lr)
-		ls.qmu.Unlock()
-	}
-}
-
 // resubmit submits again, as ordinary events, the events of a round that
 // was gone at their flush: they open or join the key's current round. What
 // cannot be submitted now (Redis or NATS down) is kept for the next flush.
@@ -344,8 +345,15 @@ func (c *Coalescer) resubmit(ctx context.Context, rs resubmission) error {
 		}
 		ls.resubmitted.Add(1)
 	}
+	c.log.Warn(ResubmittedMessage, "job_type", ev.Type, "key", rs.lr.lk.key.String(), "token", rs.lr.token.String(), "events", rs.n)
 	return nil
 }
+
+// ResubmittedMessage is logged (at warn) when locally joined events found
+// their round gone at the flush (taken, cancelled, expired, lost with
+// Redis's data) and were submitted again as ordinary events, with
+// job_type, key, token (the round they had joined) and events.
+const ResubmittedMessage = "local joins: the round was gone at the flush; its events were submitted again"
 
 // sweepLocal forgets rounds past their local time with nothing to flush.
 func (c *Coalescer) sweepLocal(nowMs int64) {

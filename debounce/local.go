@@ -151,6 +151,7 @@ type localState struct {
 	qmu     sync.Mutex
 	queue   []*localRound  // dirty rounds, in the order they became dirty
 	retry   []resubmission // events to submit again, their round gone
+	unsent  []*flushCall   // flush calls that got no reply, to send again
 	running bool           // a flusher goroutine is running
 	wake    chan struct{}
 	held    atomic.Bool // tests: the background flusher waits (HoldFlushes)

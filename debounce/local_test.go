@@ -357,3 +357,63 @@ func TestLocalExtendTravelsWithTheFlush(t *testing.T) {
 		}
 	})
 }
+
+// loseReply runs the first pipeline of scripts (a flush) against Redis and
+// then reports it failed, as if its reply had been lost on the way back.
+type loseReply struct{ armed *atomic.Bool }
+
+func (loseReply) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (loseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h loseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		flush := false // in this test, the only pipelines are the flushes
+		for _, cmd := range cmds {
+			flush = flush || strings.HasPrefix(cmd.Name(), "eval")
+		}
+		if flush && h.armed.CompareAndSwap(true, false) {
+			for _, cmd := range cmds {
+				cmd.SetErr(fmt.Errorf("read tcp: connection reset by peer (test: the reply was lost)"))
+			}
+			return cmds[0].Err()
+		}
+		return err
+	}
+}
+
+// TestFlushWhoseReplyWasLostAppliesOnce: a flush applied by Redis whose
+// reply was lost is sent again, and counts its events once. The chaos
+// suite's connection drops found it: on 257865c the events went back to
+// their round and were added twice.
+func TestFlushWhoseReplyWasLostAppliesOnce(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.SharedRedis(t).Client(t)
+	var armed atomic.Bool
+	rdb.AddHook(loseReply{&armed})
+	f := newFixtureWith(t, backend{name: "redis", rdb: rdb}, nil,
+		debounce.Policy{Type: "fixed", Mode: debounce.ModeDebounce, Window: time.Minute},
+		debounce.Policy{Type: "extend", Mode: debounce.ModeDebounce, Window: time.Minute, Extend: true, MaxWait: time.Hour})
+	release := debounce.HoldFlushes(f.c)
+	defer release()
+	for _, typ := range []string{"fixed", "extend"} {
+		// Load the flush script first: a NOSCRIPT reply applies nothing.
+		f.submit(t, typ, `{"warm":1}`)
+		f.submit(t, typ, `{"warm":1}`)
+		f.flush(t)
+		d := f.submit(t, typ, `{"a":1}`)
+		for range 4 {
+			f.submit(t, typ, `{"a":1}`)
+		}
+		armed.Store(true)
+		f.flush(t)
+		if armed.Load() {
+			t.Fatalf("%s: the flush never went out", typ)
+		}
+		if st := f.c.LocalStats(); st.FlushErrors == 0 || st.Resubmitted != 0 {
+			t.Errorf("%s: stats %+v, want the lost reply counted as a flush error", typ, st)
+		}
+		if r := f.inspect(t, f.c, typ, d.Key); r.Events != 5 {
+			t.Errorf("%s: the round counts %d events, want 5", typ, r.Events)
+		}
+	}
+}

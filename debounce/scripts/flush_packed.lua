@@ -4,7 +4,10 @@
 -- two halves of its token. A round taken, cancelled, expired or replaced
 -- gets nothing, and the producer submits those events again.
 --
--- KEYS[i] -> the i-th round key (or throttle window key)
+-- KEYS[i] -> the i-th round key (or throttle window key), for i up to #KEYS-1
+-- KEYS[#KEYS] -> this flush's marker (the first round's hash tag): it keeps
+--            the reply for a minute, so that a flush sent again because its
+--            reply was lost gets the same reply and applies nothing twice
 -- ARGV: four per key, those of KEYS[i] at 4i-3 to 4i: the round's expiry
 --       (unix ms), its random bits, the events to add, and the latest of
 --       them in ms after the round's base (its expiry minus its lifetime)
@@ -29,8 +32,13 @@ local function seen(ms)
   return e * 2048 + math.floor(ms) - 2048
 end
 
+local marker = KEYS[#KEYS]
+local done = redis.call('GET', marker)
+if done then return cjson.decode(done) end
+
 local out = {}
-for i, key in ipairs(KEYS) do
+for i = 1, #KEYS - 1 do
+  local key = KEYS[i]
   local j = 4 * i - 3
   local expiry, rnd = tonumber(args[j]), tonumber(args[j + 1])
   local n, offset = tonumber(args[j + 2]), tonumber(args[j + 3])
@@ -48,4 +56,5 @@ for i, key in ipairs(KEYS) do
     out[i] = count + add
   end
 end
+redis.call('SET', marker, cjson.encode(out), 'PX', 60000)
 return out

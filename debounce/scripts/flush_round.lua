@@ -5,7 +5,10 @@
 -- capped at max wait. A round taken, cancelled, expired or replaced gets
 -- nothing, and the producer submits those events again.
 --
--- KEYS[i] -> the i-th round key (hash)
+-- KEYS[i] -> the i-th round key (hash), for i up to #KEYS-1
+-- KEYS[#KEYS] -> this flush's marker (the first round's hash tag): it keeps
+--            the reply for a minute, so that a flush sent again because its
+--            reply was lost gets the same reply and applies nothing twice
 -- ARGV: five per key, those of KEYS[i] at 5i-4 to 5i: the round's token
 --       (decimal), the events to add, the latest of them (unix ms), the
 --       extend window in ms ("0": not extending), the max wait in ms
@@ -15,8 +18,13 @@
 
 local args = ARGV
 
+local marker = KEYS[#KEYS]
+local done = redis.call('GET', marker)
+if done then return cjson.decode(done) end
+
 local out = {}
-for i, key in ipairs(KEYS) do
+for i = 1, #KEYS - 1 do
+  local key = KEYS[i]
   local j = 5 * i - 4
   local token, n, last = args[j], tonumber(args[j + 1]), tonumber(args[j + 2])
   local extend_ms, max_wait_ms = tonumber(args[j + 3]), tonumber(args[j + 4])
@@ -37,4 +45,5 @@ for i, key in ipairs(KEYS) do
     out[2 * i - 1], out[2 * i] = count, d
   end
 end
+redis.call('SET', marker, cjson.encode(out), 'PX', 60000)
 return out
