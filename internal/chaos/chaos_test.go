@@ -394,7 +394,9 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 	if sc.embedded {
 		slack = 60 * time.Millisecond // the embedded Redis's clock moves every 50 ms
 	}
+	resubmitted := readResubmissions(e.t, e.dir)
 	res := Check(Input{Events: events, Starts: e.starts, RedisLoss: e.redisLoss, SnapshotLoss: e.snapshotLoss, ClockSlack: slack,
+		Resubmitted: resubmitted,
 		Throttle:   map[string]time.Duration{"throttle": throttleWindow},
 		Accumulate: map[string]bool{"accum": true}, Last: map[string]bool{"extend": true}})
 	if err := writeEvents(filepath.Join(e.dir, "events.jsonl"), events); err != nil {
@@ -409,7 +411,8 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 	rw.metrics = metricsSummary(e)
 	t.Logf("%s: %d sent, %d accepted in %v; %d job starts; %d fault actions; quiescence after %v (settled %v); logs in %s",
 		sc.name, res.Sent, res.Accepted, loadFor.Round(time.Millisecond), res.JobsStarted, len(e.faults), waited.Round(time.Millisecond), settled, e.dir)
-	t.Logf("errors (not accepted): %v; releases: %v; daemon metrics: %s", res.Errors, res.Releases, rw.metrics)
+	t.Logf("errors (not accepted): %v; releases: %v; daemon metrics: %s; local joins submitted again: %d (%d events)",
+		res.Errors, res.Releases, rw.metrics, len(resubmitted), sumEvents(resubmitted))
 	for _, d := range res.LostDetail {
 		t.Logf("LOST: %s", d)
 	}
@@ -558,4 +561,12 @@ func renderReport(rows []row, mode string, wall time.Duration) string {
 			r.overlaps, r.overlapsExplained, r.overlapsChecked, r.faults)
 	}
 	return b.String()
+}
+
+func sumEvents(rs []Resubmission) int {
+	n := 0
+	for _, r := range rs {
+		n += r.Events
+	}
+	return n
 }

@@ -34,6 +34,9 @@ type Input struct {
 	// ClockSlack: how far the Redis clock that times throttle windows may
 	// lag real time (the embedded Redis moves its clock every 50 ms).
 	ClockSlack time.Duration
+	// Resubmitted: locally joined events a producer submitted again, their
+	// round gone at the flush (from the producers' logs).
+	Resubmitted []Resubmission
 }
 
 // Causes of a concurrent duplicate round (I2).
@@ -57,6 +60,11 @@ const (
 	// carry its round: requests that reached Redis and whose answer the
 	// client never got (producer killed, connection dropped).
 	CauseUnanswered = "requests applied whose answer was lost"
+	// CauseResubmitted: locally joined events whose flush found the round
+	// gone (taken while Redis was unreachable, or lost with its data) were
+	// submitted again: the round counts fewer events than the decisions
+	// carrying it, the key's next round more.
+	CauseResubmitted = "local joins submitted again, their round gone at the flush"
 )
 
 // Result is what the checks found in one scenario.

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/testenv"
 )
 
@@ -470,7 +471,7 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 	for _, name := range producers {
 		p := &proc{name: name, bin: bins.coalesce, dir: e.dir, addr: freeAddr(t),
 			outArgs: func(int) []string { return nil }}
-		p.args = []string{"serve", "--config", cfg, "--http", p.addr, "--reap-every", "5s", "--repair-after", "2s"}
+		p.args = []string{"serve", "--config", cfg, "--http", p.addr, "--reap-every", "5s", "--repair-after", "2s", "--log-format", "json"}
 		if sc.embedded {
 			p.args = append(p.args, "--nats-listen", natsAddr, "--redis-listen", redisAddr, "--data", filepath.Join(e.dir, "data"))
 		} else {
@@ -887,4 +888,35 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 func between(lo, hi time.Duration) time.Duration {
 	return lo + rand.N(hi-lo+1)
+}
+
+// readResubmissions reads, from the producers' logs in dir, the lines
+// saying locally joined events were submitted again.
+func readResubmissions(t *testing.T, dir string) []Resubmission {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "p*-*.log"))
+	var out []Resubmission
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Errorf("producer log: %v", err)
+			continue
+		}
+		for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+			if !bytes.Contains(line, []byte(debounce.ResubmittedMessage)) {
+				continue
+			}
+			var r struct {
+				Time time.Time `json:"time"`
+				Resubmission
+			}
+			if err := json.Unmarshal(line, &r); err != nil {
+				t.Errorf("%s: %v: %s", f, err, line)
+				continue
+			}
+			r.Resubmission.At = r.Time.UnixNano()
+			out = append(out, r.Resubmission)
+		}
+	}
+	return out
 }

@@ -138,6 +138,11 @@ func checkPayloads(in Input, r *Result, byRound map[string][]JobStart, rounds ma
 					possible++
 				}
 			}
+			for _, rs := range in.Resubmitted {
+				if rs.Type == typ && rs.Key == evs[0].Key && rs.At >= rd.lo-int64(30e9) && rs.At < first.At {
+					possible += rs.Events
+				}
+			}
 			if first.Events-acc <= possible {
 				r.CountSurplus++
 				continue
@@ -160,6 +165,11 @@ func fencingCause(rid string, rd *round, at int64, in Input) string {
 	}
 	if c := lossCause(rd.lo, at, 0, 0, in); c != "" {
 		return c
+	}
+	for _, rs := range in.Resubmitted {
+		if roundID(rs.Type, rs.Key, rs.Round) == rid {
+			return CauseResubmitted
+		}
 	}
 	for i := range in.Events {
 		e := &in.Events[i]

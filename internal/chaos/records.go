@@ -49,3 +49,15 @@ type JobStart struct {
 	// otherwise, so the two pair up.
 	End int64 `json:"end,omitempty"`
 }
+
+// Resubmission is a producer's log line saying that events it answered
+// locally found their round gone at the flush and were submitted again
+// (debounce.ResubmittedMessage): the round they had joined counts fewer
+// events than the decisions carrying it, and the key's next round more.
+type Resubmission struct {
+	At     int64  // unix ns
+	Type   string `json:"job_type"`
+	Key    string `json:"key"`
+	Round  string `json:"token"`
+	Events int    `json:"events"`
+}
