@@ -395,8 +395,14 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 		slack = 60 * time.Millisecond // the embedded Redis's clock moves every 50 ms
 	}
 	resubmitted := readResubmissions(e.t, e.dir)
+	var kills []Kill
+	for i, p := range e.producers {
+		for _, at := range p.killedAt() {
+			kills = append(kills, Kill{Producer: i, At: at})
+		}
+	}
 	res := Check(Input{Events: events, Starts: e.starts, RedisLoss: e.redisLoss, SnapshotLoss: e.snapshotLoss, ClockSlack: slack,
-		Resubmitted: resubmitted,
+		Resubmitted: resubmitted, ProducerKills: kills,
 		Throttle:   map[string]time.Duration{"throttle": throttleWindow},
 		Accumulate: map[string]bool{"accum": true}, Last: map[string]bool{"extend": true}})
 	if err := writeEvents(filepath.Join(e.dir, "events.jsonl"), events); err != nil {

@@ -37,7 +37,21 @@ type Input struct {
 	// Resubmitted: locally joined events a producer submitted again, their
 	// round gone at the flush (from the producers' logs).
 	Resubmitted []Resubmission
+	// ProducerKills: the SIGKILLs of producers (p0, p1: the index of
+	// EventRecord.Producer).
+	ProducerKills []Kill
 }
+
+// Kill is a producer's SIGKILL.
+type Kill struct {
+	Producer int
+	At       int64 // unix ns
+}
+
+// unflushedWindow bounds how long before its producer's SIGKILL a locally
+// joined event may still wait for its flush (2 ms, plus the flush's round
+// trip under the scenarios' injected latency).
+const unflushedWindow = int64(250 * time.Millisecond)
 
 // Causes of a concurrent duplicate round (I2).
 const (
@@ -65,6 +79,10 @@ const (
 	// submitted again: the round counts fewer events than the decisions
 	// carrying it, the key's next round more.
 	CauseResubmitted = "local joins submitted again, their round gone at the flush"
+	// CauseUnflushed: an event answered locally by a producer killed before
+	// its flush: its round's job covers it, but the round's count lacks it
+	// (the documented crash window of local joins).
+	CauseUnflushed = "local join of a producer killed before its flush"
 )
 
 // Result is what the checks found in one scenario.

@@ -148,6 +148,7 @@ type proc struct {
 	last   map[string]float64   // latest metrics scrape of the running incarnation
 	closed []map[string]float64 // final scrape of each ended incarnation
 	blind  int                  // incarnations ended with no scrape at all
+	kills  []int64              // SIGKILLs sent, unix ns
 }
 
 func (p *proc) start(t *testing.T) error {
@@ -287,9 +288,20 @@ func (p *proc) kill() {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
+	at := time.Now().UnixNano()
 	_ = cmd.Process.Kill()
 	<-done
+	p.mu.Lock()
+	p.kills = append(p.kills, at)
+	p.mu.Unlock()
 	p.end()
+}
+
+// killedAt is when each SIGKILL of p was sent, unix ns.
+func (p *proc) killedAt() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]int64(nil), p.kills...)
 }
 
 // stop scrapes, then SIGTERMs the process (SIGKILL after 10s).

@@ -157,8 +157,10 @@ func checkPayloads(in Input, r *Result, byRound map[string][]JobStart, rounds ma
 
 // fencingCause explains a round released with fewer events than accepted
 // decisions carry it: a Redis restart without persistence while it was
-// open, or one of its events accepted within an embedded daemon's last
-// snapshot interval before a kill.
+// open, one of its events accepted within an embedded daemon's last
+// snapshot interval before a kill, events of it submitted again after
+// their flush found it gone, or one of its events answered locally by a
+// producer killed within its flush window.
 func fencingCause(rid string, rd *round, at int64, in Input) string {
 	if rd == nil {
 		return ""
@@ -169,6 +171,17 @@ func fencingCause(rid string, rd *round, at int64, in Input) string {
 	for _, rs := range in.Resubmitted {
 		if roundID(rs.Type, rs.Key, rs.Round) == rid {
 			return CauseResubmitted
+		}
+	}
+	for i := range in.Events {
+		e := &in.Events[i]
+		if !e.Accepted() || e.Round == "" || roundID(e.Type, e.Key, e.Round) != rid {
+			continue
+		}
+		for _, k := range in.ProducerKills {
+			if k.Producer == e.Producer && e.Sent <= k.At && k.At-e.Sent < unflushedWindow {
+				return CauseUnflushed
+			}
 		}
 	}
 	for i := range in.Events {
