@@ -91,7 +91,7 @@ func (s *side) close() {
 // env is one test's Postgres database (migrated), Redis, NATS, a worker
 // collecting the jobs, and the wiring to start relays.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	pool  *pgxpool.Pool
 	redis *testenv.RedisServer
 	w     wiring
@@ -100,6 +100,32 @@ type env struct {
 }
 
 func newEnv(t *testing.T, policies ...debounce.Policy) *env {
+	t.Helper()
+	e := newEnvTB(t, policies...)
+	types := make([]string, len(policies))
+	for i, p := range policies {
+		types[i] = p.Type
+	}
+	wk, err := worker.New(worker.Config{JetStream: e.side.js, Coalescer: e.side.co, Publisher: e.side.pub, Types: types,
+		Backoff: []time.Duration{200 * time.Millisecond}, MaxDeliver: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.jobs = make(chan *worker.Job, 100000)
+	wctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = wk.Run(wctx, func(_ context.Context, job *worker.Job) error {
+			e.jobs <- job
+			return nil
+		})
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return e
+}
+
+// newEnvTB is newEnv without a worker.
+func newEnvTB(t testing.TB, policies ...debounce.Policy) *env {
 	t.Helper()
 	ctx := context.Background()
 	pool, url := pgtest.Pool(t)
@@ -116,25 +142,6 @@ func newEnv(t *testing.T, policies ...debounce.Policy) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.side.close)
-	types := make([]string, len(policies))
-	for i, p := range policies {
-		types[i] = p.Type
-	}
-	wk, err := worker.New(worker.Config{JetStream: e.side.js, Coalescer: e.side.co, Publisher: e.side.pub, Types: types,
-		Backoff: []time.Duration{200 * time.Millisecond}, MaxDeliver: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.jobs = make(chan *worker.Job, 100000)
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_ = wk.Run(wctx, func(_ context.Context, job *worker.Job) error {
-			e.jobs <- job
-			return nil
-		})
-	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
 	return e
 }
 

@@ -32,6 +32,10 @@ import (
 	"github.com/coalesce-io/coalesce/internal/testenv"
 )
 
+// FsyncEnv, set to "on", starts the cluster with fsync (and full page
+// writes) on, as production runs, for benchmarks; tests run without.
+const FsyncEnv = "COALESCE_PGTEST_FSYNC"
+
 // URLEnv names an external Postgres to use instead of a throwaway cluster
 // (a superuser URL: each test creates its own database there).
 const URLEnv = "COALESCE_POSTGRES_URL"
@@ -232,10 +236,13 @@ func (s *Server) start() error {
 	if s.cred != nil {
 		_ = os.Chown(logf.Name(), int(s.cred.Uid), int(s.cred.Gid))
 	}
-	cmd := s.command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.Dir, "data"),
-		"-p", strconv.Itoa(s.Port), "-k", s.Dir, "-c", "listen_addresses=127.0.0.1",
-		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=300",
-		"-c", "shared_buffers=64MB")
+	durability := []string{"-c", "fsync=off", "-c", "full_page_writes=off"}
+	if os.Getenv(FsyncEnv) == "on" {
+		durability = nil
+	}
+	args := append([]string{"-D", filepath.Join(s.Dir, "data"), "-p", strconv.Itoa(s.Port), "-k", s.Dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "shared_buffers=64MB"}, durability...)
+	cmd := s.command(filepath.Join(s.bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start postgres: %w", err)
