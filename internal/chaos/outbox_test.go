@@ -139,7 +139,9 @@ func TestChaosOutbox(t *testing.T) {
 
 	fctx, stopFaults := context.WithTimeout(ctx, loadFor)
 	var wg sync.WaitGroup
-	wg.Go(func() { killAndRestart(fctx, e, writers, 700*time.Millisecond, 1500*time.Millisecond, 100*time.Millisecond) })
+	wg.Go(func() {
+		killAndRestart(fctx, e, writers, 700*time.Millisecond, 1500*time.Millisecond, 100*time.Millisecond)
+	})
 	wg.Go(func() { killAndRestart(fctx, e, e.producers, time.Second, 2*time.Second, 200*time.Millisecond) })
 	wg.Go(func() { faultRestartRedis(fctx, e) })
 	wg.Wait()
