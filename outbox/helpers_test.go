@@ -101,7 +101,17 @@ type env struct {
 
 func newEnv(t *testing.T, policies ...debounce.Policy) *env {
 	t.Helper()
-	e := newEnvTB(t, policies...)
+	return withWorker(t, newEnvTB(t, policies...), policies...)
+}
+
+// newEnvWithPool is newEnv on a given database.
+func newEnvWithPool(t *testing.T, pool *pgxpool.Pool, url string, policies ...debounce.Policy) *env {
+	t.Helper()
+	return withWorker(t, newEnvPool(t, pool, url, policies...), policies...)
+}
+
+func withWorker(t *testing.T, e *env, policies ...debounce.Policy) *env {
+	t.Helper()
 	types := make([]string, len(policies))
 	for i, p := range policies {
 		types[i] = p.Type
@@ -127,8 +137,13 @@ func newEnv(t *testing.T, policies ...debounce.Policy) *env {
 // newEnvTB is newEnv without a worker.
 func newEnvTB(t testing.TB, policies ...debounce.Policy) *env {
 	t.Helper()
-	ctx := context.Background()
 	pool, url := pgtest.Pool(t)
+	return newEnvPool(t, pool, url, policies...)
+}
+
+func newEnvPool(t testing.TB, pool *pgxpool.Pool, url string, policies ...debounce.Policy) *env {
+	t.Helper()
+	ctx := context.Background()
 	if err := outbox.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

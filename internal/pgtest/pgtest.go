@@ -52,6 +52,7 @@ type Server struct {
 	Port int
 	Dir  string // data directory ("" when external)
 	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
 	cred *syscall.Credential
 	bin  string
 }
@@ -262,7 +263,7 @@ func (s *Server) start() error {
 		if err == nil {
 			_ = c.Close(ctx)
 			cancel()
-			s.cmd = cmd
+			s.cmd, s.done = cmd, exited
 			return nil
 		}
 		cancel()
@@ -275,25 +276,42 @@ func (s *Server) start() error {
 
 // Stop stops the cluster (fast shutdown, then a kill) and removes its folder.
 func (s *Server) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
-		done := make(chan struct{})
-		go func() {
-			for i := 0; i < 100; i++ {
-				if s.cmd.Process.Signal(syscall.Signal(0)) != nil {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			close(done)
-		}()
-		<-done
-		_ = s.cmd.Process.Kill()
-		s.cmd = nil
-	}
+	s.halt()
 	if s.Dir != "" {
 		_ = os.RemoveAll(s.Dir)
 	}
+}
+
+// Restart stops the cluster (fast shutdown), waits down, and starts it again
+// on the same port and data: a database outage for the clients.
+func (s *Server) Restart(down time.Duration) error {
+	if s.Dir == "" {
+		return errors.New("pgtest: an external server cannot be restarted")
+	}
+	s.halt()
+	time.Sleep(down)
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = s.start(); err == nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
+}
+
+func (s *Server) halt() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
 }
 
 func lastLines(s string, n int) string {
