@@ -121,8 +121,10 @@ type bypasser struct{}
 func (bypasser) Submit(context.Context, debounce.Event) (debounce.Decision, error) {
 	return debounce.Decision{Outcome: debounce.OutcomeBypassed}, nil
 }
-func (bypasser) RoundKeyOf(debounce.Event) (debounce.RoundKey, error) { return debounce.RoundKey{}, nil }
-func (bypasser) Policies() []debounce.Policy                          { return nil }
+func (bypasser) RoundKeyOf(debounce.Event) (debounce.RoundKey, error) {
+	return debounce.RoundKey{}, nil
+}
+func (bypasser) Policies() []debounce.Policy { return nil }
 
 // Postgres down for a while: the relay's passes fail and back off, its
 // LISTEN connection comes back, and rows committed after the restart flow
