@@ -31,10 +31,16 @@ func benchEnv(b *testing.B) *env {
 // rows/s.
 //
 //	go test ./outbox -run XXX -bench RelayThroughput -benchtime 1x -count 3
-func BenchmarkRelayThroughput(b *testing.B) {
+func BenchmarkRelayThroughput(b *testing.B) { benchmarkRelay(b, 1000) }
+
+// BenchmarkRelayThroughputOneKey: the same backlog, every row of one
+// tenant: its rows are decided one by one.
+func BenchmarkRelayThroughputOneKey(b *testing.B) { benchmarkRelay(b, 1) }
+
+func benchmarkRelay(b *testing.B, tenants int) {
 	e := benchEnv(b)
 	ctx := context.Background()
-	const rows, tenants = 50_000, 1000
+	const rows = 50_000
 	r, err := outbox.New(outbox.Config{Pool: e.pool, Coalescer: e.side.co})
 	if err != nil {
 		b.Fatal(err)
