@@ -94,6 +94,7 @@ type env struct {
 	t     testing.TB
 	pool  *pgxpool.Pool
 	redis *testenv.RedisServer
+	nats  *testenv.NATSServer
 	w     wiring
 	side  *side
 	jobs  chan *worker.Job
@@ -151,7 +152,7 @@ func newEnvPool(t testing.TB, pool *pgxpool.Pool, url string, policies ...deboun
 	ns := testenv.NATS(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	e := &env{t: t, pool: pool, redis: rs, w: wiring{PG: url, Redis: rs.URL, NATS: ns.URL, ID: hex.EncodeToString(b[:])}}
+	e := &env{t: t, pool: pool, redis: rs, nats: ns, w: wiring{PG: url, Redis: rs.URL, NATS: ns.URL, ID: hex.EncodeToString(b[:])}}
 	var err error
 	if e.side, err = connect(ctx, e.w, outbox.FailClosed(policies)...); err != nil {
 		t.Fatal(err)

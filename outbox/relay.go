@@ -18,13 +18,14 @@ import (
 
 // Relay defaults.
 const (
-	DefaultBatchSize    = 500
-	DefaultConcurrency  = 64
-	DefaultPollEvery    = time.Second
-	DefaultRetryMin     = 250 * time.Millisecond
-	DefaultRetryMax     = 10 * time.Second
-	DefaultBacklogEvery = 5 * time.Second
-	DefaultPassTimeout  = 30 * time.Second
+	DefaultBatchSize     = 500
+	DefaultConcurrency   = 64
+	DefaultPollEvery     = time.Second
+	DefaultRetryMin      = 250 * time.Millisecond
+	DefaultRetryMax      = 10 * time.Second
+	DefaultBacklogEvery  = 5 * time.Second
+	DefaultPassTimeout   = 30 * time.Second
+	DefaultSubmitTimeout = 5 * time.Second
 )
 
 // heldBackDelay is how soon a pass that held rows back (another relay has
@@ -66,8 +67,13 @@ type Config struct {
 	// PassTimeout bounds one pass's decisions; a stop lets the pass under
 	// way finish within it (DefaultPassTimeout).
 	PassTimeout time.Duration
-	Logger      *slog.Logger // default: discard
-	Hooks       Hooks
+	// SubmitTimeout bounds one Submit (DefaultSubmitTimeout): with NATS
+	// unreachable a publish waits for its ack, and the row should wait in
+	// the outbox instead. One that lands after all is found by the retry,
+	// which joins the round it opened.
+	SubmitTimeout time.Duration
+	Logger        *slog.Logger // default: discard
+	Hooks         Hooks
 }
 
 // Hooks are called as rows are relayed; nil funcs are skipped. They must be
@@ -137,7 +143,7 @@ func New(cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("%w: BatchSize %d must be between 1 and 100000 (0: %d)", ErrInvalidConfig, cfg.BatchSize, DefaultBatchSize)
 	case cfg.Concurrency < 0:
 		return nil, fmt.Errorf("%w: Concurrency %d must not be negative (0: %d)", ErrInvalidConfig, cfg.Concurrency, DefaultConcurrency)
-	case cfg.PollEvery < 0 || cfg.RetryMin < 0 || cfg.RetryMax < 0 || cfg.BacklogEvery < 0 || cfg.PassTimeout < 0:
+	case cfg.PollEvery < 0 || cfg.RetryMin < 0 || cfg.RetryMax < 0 || cfg.BacklogEvery < 0 || cfg.PassTimeout < 0 || cfg.SubmitTimeout < 0:
 		return nil, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
@@ -147,6 +153,7 @@ func New(cfg Config) (*Relay, error) {
 	cfg.RetryMax = max(cmp.Or(cfg.RetryMax, DefaultRetryMax), cfg.RetryMin)
 	cfg.BacklogEvery = cmp.Or(cfg.BacklogEvery, DefaultBacklogEvery)
 	cfg.PassTimeout = cmp.Or(cfg.PassTimeout, DefaultPassTimeout)
+	cfg.SubmitTimeout = cmp.Or(cfg.SubmitTimeout, DefaultSubmitTimeout)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -535,7 +542,9 @@ func (r *Relay) decide(ctx context.Context, groups [][]*item, claimedAt time.Tim
 					}
 					return
 				}
-				d, err := r.cfg.Coalescer.Submit(sctx, it.row.Event)
+				ctx, cancel := context.WithTimeout(sctx, r.cfg.SubmitTimeout)
+				d, err := r.cfg.Coalescer.Submit(ctx, it.row.Event)
+				cancel()
 				if err == nil && d.Outcome == debounce.OutcomeBypassed {
 					// Published without a reservation: not the decision a
 					// relay keeps a row for (New refuses fail-open policies,

@@ -184,3 +184,47 @@ func (e *env) tryCommit(tenant, order int) error {
 	}
 	return tx.Commit(ctx)
 }
+
+// With NATS down, a row that opens a round cannot be published: it stays
+// (and the rows of its key behind it), then flows when NATS is back. (The
+// worker starts after the restart: a worker's pull consumer resumes only
+// when its pull request expires, which is not what this test is about.)
+func TestNATSDownRowsWait(t *testing.T) {
+	t.Parallel()
+	e := newEnvTB(t, orders)
+	var retries atomic.Int64
+	e.relay(func(c *outbox.Config) {
+		c.SubmitTimeout = time.Second
+		c.Hooks.Retry = func(outbox.Row, error) { retries.Add(1) }
+	})
+	e.nats.Stop()
+	want := map[int][]int{1: seq(1, 5), 2: seq(1, 5)}
+	for tenant, ids := range want {
+		for _, id := range ids {
+			e.commit(tenant, id)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for retries.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if retries.Load() < 2 {
+		t.Fatalf("the relay retried %d rows in 15 s with NATS down", retries.Load())
+	}
+	if n := e.backlog(); n != 10 {
+		t.Fatalf("with NATS down the outbox holds %d rows, want all 10", n)
+	}
+	if err := e.nats.Start(); err != nil {
+		t.Fatal(err)
+	}
+	withWorker(t, e, orders)
+	got := e.collect(want, 30*time.Second, time.Second)
+	for tenant, items := range got.items {
+		for id, n := range items {
+			if n != 1 {
+				t.Errorf("tenant %d order %d in %d jobs", tenant, id, n)
+			}
+		}
+	}
+	e.waitBacklog(0, 5*time.Second)
+}
