@@ -30,7 +30,8 @@ import (
 type Line struct {
 	EIDs     []string `json:"eids"`
 	Tenants  []string `json:"tenants"`
-	At       int64    `json:"at"` // unix ns, after Postgres answered
+	Sent     int64    `json:"sent"` // unix ns, before COMMIT (or ROLLBACK) was sent
+	At       int64    `json:"at"`   // unix ns, after Postgres answered
 	Rollback bool     `json:"rollback,omitempty"`
 }
 
@@ -97,6 +98,7 @@ func run() error {
 			}
 			line.EIDs, line.Tenants = append(line.EIDs, eid), append(line.Tenants, tenant)
 		}
+		line.Sent = time.Now().UnixNano()
 		if rand.IntN(100) < *rollback {
 			err, line.Rollback = tx.Rollback(ctx), true
 		} else {
