@@ -51,7 +51,7 @@ type txLine struct {
 	Rollback bool     `json:"rollback"`
 }
 
-// TestChaosOutbox is scenario 15, outbox: two producer processes commit
+// TestChaosOutbox is scenario 14, outbox: two producer processes commit
 // events to coalesce_outbox (1-3 rows a transaction, 10% rolled back on
 // purpose) and are SIGKILLed every 0.7-1.5 s; two `coalesce serve` relays
 // are SIGKILLed every 1-2 s; redis-server (AOF, everysec) is SIGKILLed and
@@ -93,7 +93,7 @@ func TestChaosOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e := &env{t: t, dir: scenarioDir(t, "15-outbox"), proxies: map[string]*Proxy{}, jobOffsets: map[string]int64{}, redisKeeps: true}
+	e := &env{t: t, dir: scenarioDir(t, "14-outbox"), proxies: map[string]*Proxy{}, jobOffsets: map[string]int64{}, redisKeeps: true}
 	e.redis = testenv.NewRedisWith(t, "--appendonly", "yes", "--appendfsync", "everysec")
 	e.nats = testenv.NATSProcess(t)
 	e.natsURL = e.nats.URL
