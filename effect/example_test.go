@@ -2,11 +2,13 @@ package effect_test
 
 import (
 	"context"
+	"fmt"
 	"log"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/effect"
 	"github.com/coalesce-io/coalesce/worker"
 )
@@ -27,4 +29,15 @@ func ExampleOnce() {
 		return err
 	}
 	_ = handler
+}
+
+// A job's effect key is the same for every delivery and for a replay of it
+// from the dead letters.
+func ExampleKeyOf() {
+	job := &worker.Job{}
+	job.Type = "charge_invoice"
+	job.Key = debounce.ExplicitKey("charge_invoice", "INV-42")
+	job.Token = 0x6895ae6e5cf2bd
+	fmt.Println(effect.KeyOf(job))
+	// Output: charge_invoice:0777c2ff44d8b5c9b641975b1de49a75cd0b337456a8a47013e54346e6996d3d.006895ae6e5cf2bd
 }
