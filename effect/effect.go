@@ -24,8 +24,9 @@
 //
 // A second transaction inserting the same key waits for the first: it finds
 // the record if the first committed, and takes over if it rolled back. The
-// key of a job's round is "<type>:<round key>.<round token>" (KeyOf; the
-// Idempotency-Key header of work --post is its last part), the same for
+// key of a job's round is "<type>:<round key>.<round token>" (KeyOf; from
+// the job document --exec and --post workers get: type ":" key "." round;
+// the Idempotency-Key header of work --post is its last part), the same for
 // every delivery and for a replay from the dead letters; an effect of its
 // own identity (say "charge:invoice-42") is a better key still.
 //

@@ -224,3 +224,18 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// The effect key other languages build from the job document (--exec's
+// stdin, --post's body): "<type>:<key>.<round>", the same as KeyOf.
+func TestKeyOfMatchesTheJobDocument(t *testing.T) {
+	t.Parallel()
+	job := &worker.Job{}
+	job.Type, job.Key, job.Token = "charge_invoice", debounce.ExplicitKey("charge_invoice", "INV-42"), 0x6895ae6e5cf2bd
+	doc := job.Document()
+	if got, want := effect.KeyOf(job), doc.Type+":"+doc.Key+"."+doc.Round; got != want {
+		t.Fatalf("KeyOf %q, from the job document %q", got, want)
+	}
+	if r := effect.RecordOf(job); r.Key != effect.KeyOf(job) || r.JobType != doc.Type || r.Round != doc.Round {
+		t.Fatalf("RecordOf %+v", r)
+	}
+}
