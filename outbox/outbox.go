@@ -15,7 +15,10 @@
 //   - At least once: a row is deleted only after its decision; a relay that
 //     dies between Submit and its commit leaves the row, which is submitted
 //     again and joins the round it already joined (the round's count may
-//     then include it twice; its payload is the same).
+//     then include it twice; an accumulated item is the same one), or the
+//     next round if that one's job started meanwhile. Rows are submitted
+//     again in their order: with payload last, a round taken between the
+//     two submissions may carry an older row's args, the next one the latest.
 //   - Order per round key: the rows of one round key are submitted in id
 //     order, across any number of relays (a relay holds back a row while a
 //     row of the same key with a smaller id is held by another relay). For
