@@ -43,6 +43,15 @@ func TestOutboxCommandsAndServeRelay(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(outboxConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if code, out, stderr := runBin(t, "", "outbox", "--help"); code != 0 || !strings.Contains(stderr+out, "Usage: coalesce outbox migrate") {
+		t.Errorf("outbox --help: exit %d", code)
+	}
+	if code, _, stderr := runBin(t, "", "outbox", "frobnicate", "--postgres", db); code != 2 || !strings.Contains(stderr, "unknown subcommand") {
+		t.Errorf("outbox frobnicate: exit %d %q", code, stderr)
+	}
+	if code, _, stderr := runBin(t, "", "outbox", "replay", "--postgres", db); code != 2 || !strings.Contains(stderr, "--id N or --all") {
+		t.Errorf("outbox replay without --id: exit %d %q", code, stderr)
+	}
 	if code, out, _ := runBin(t, "", "outbox", "schema"); code != 0 || !strings.Contains(out, "CREATE TABLE IF NOT EXISTS coalesce_outbox") {
 		t.Fatalf("outbox schema: exit %d", code)
 	}
