@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -181,10 +182,11 @@ func TestPoisonRowMovedAside(t *testing.T) {
 	// Rows written by a producer in another language, past Insert's checks.
 	raw := []struct{ typ, args string }{
 		{"sync_orders", `{"tenant_id":1,"order_id":1}`},
-		{"sync_orders", `{"tenant_id":9007199254740993,"order_id":2}`}, // beyond 2^53
-		{"sync_orders", `{"tenant_id":1,"order_id":3`},                 // not JSON
-		{"unknown_type", `{"tenant_id":1,"order_id":4}`},               // no policy
-		{"sync_orders", `{"order_id":5}`},                              // no key field
+		{"sync_orders", `{"tenant_id":9007199254740993,"order_id":2}`},                              // beyond 2^53
+		{"sync_orders", `{"tenant_id":1,"order_id":3`},                                              // not JSON
+		{"unknown_type", `{"tenant_id":1,"order_id":4}`},                                            // no policy
+		{"sync_orders", `{"order_id":5}`},                                                           // no key field
+		{"sync_orders", `{"tenant_id":1,"order_id":7,"blob":"` + strings.Repeat("x", 2<<20) + `"}`}, // over NATS's max payload
 		{"sync_orders", `{"tenant_id":1,"order_id":6}`},
 	}
 	for _, r := range raw {
@@ -203,7 +205,7 @@ func TestPoisonRowMovedAside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type deadRow struct{ typ, args, code, field, msg string }
+	type deadRow = deadRowT
 	var deads []deadRow
 	for rows.Next() {
 		var d deadRow
@@ -220,18 +222,22 @@ func TestPoisonRowMovedAside(t *testing.T) {
 		{"", "args"},
 		{"no_policy", "type"},
 		{"missing_key_field", ""},
+		{"job_too_large", "args"},
 	}
 	if len(deads) != len(want) {
-		t.Fatalf("dead rows %+v, want %d", deads, len(want))
+		for _, d := range deads {
+			t.Logf("dead row %+v", truncated(d))
+		}
+		t.Fatalf("%d dead rows, want %d", len(deads), len(want))
 	}
 	for i, w := range want {
 		d := deads[i]
 		if (w.code != "" && d.code != w.code) || (w.field != "" && d.field != w.field) || d.msg == "" || d.args != raw[i+1].args {
-			t.Errorf("dead row %d: %+v, want code %q field %q, the args as written and a message", i, d, w.code, w.field)
+			t.Errorf("dead row %d: %+v, want code %q field %q, the args as written and a message", i, truncated(d), w.code, w.field)
 		}
 	}
-	if dead.Load() != 4 {
-		t.Errorf("Dead hook called %d times, want 4", dead.Load())
+	if dead.Load() != 5 {
+		t.Errorf("Dead hook called %d times, want 5", dead.Load())
 	}
 	if n := e.backlog(); n != 0 {
 		t.Errorf("outbox holds %d rows", n)
@@ -532,4 +538,13 @@ func (e *env) left() map[int]map[int]bool {
 		out[a.Tenant][a.Order] = true
 	}
 	return out
+}
+
+type deadRowT struct{ typ, args, code, field, msg string }
+
+func truncated(d deadRowT) deadRowT {
+	if len(d.args) > 80 {
+		d.args = d.args[:80] + "…"
+	}
+	return d
 }
