@@ -54,6 +54,7 @@ func commands() []command {
 		{"cancel", "cancel the round pending for a key", runCancel},
 		{"work", "run jobs with a command (job JSON on stdin) or an HTTP handler (--post), any language", runWork},
 		{"dead", "list, show, replay or purge dead letters", runDead},
+		{"outbox", "set up the Postgres transactional outbox (migrate), show its backlog and dead rows", runOutbox},
 		{"dedupe-stream", "remove duplicate pending jobs from an already flooded stream (dry run by default)", runDedupeStream},
 		{"bench", "load-generate events and report throughput, latency, Redis CPU and memory", runBench},
 		{"fingerprint", "print the fp1 fingerprint of job args (one, or NDJSON from stdin)", runFingerprint},

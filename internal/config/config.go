@@ -81,6 +81,7 @@ type Config struct {
 	Cron     []CronRule        `yaml:"cron,custom"`
 	Worker   Worker            `yaml:"worker"`
 	Local    LocalJoins        `yaml:"local_joins"`
+	Outbox   Outbox            `yaml:"outbox"`
 	Source   string            `yaml:"-"` // file the config came from ("" when none)
 }
 
@@ -193,6 +194,22 @@ type LocalJoins struct {
 	FlushInterval time.Duration       `yaml:"flush_interval"` // default debounce.DefaultFlushInterval
 	ClockSkew     time.Duration       `yaml:"clock_skew"`     // default debounce.DefaultClockSkew
 	MaxRounds     int                 `yaml:"max_rounds"`     // default debounce.DefaultMaxLocalRounds
+}
+
+// Outbox turns on the relay of a Postgres transactional outbox (package
+// outbox): rows producers commit to coalesce_outbox are submitted through
+// the policies, at least once. Zero values take the outbox package's
+// defaults.
+type Outbox struct {
+	// Postgres is the database's URL (postgres://user:password@host/db, or
+	// a key=value DSN); empty: no relay. COALESCE_OUTBOX_POSTGRES overrides it.
+	Postgres string `yaml:"postgres"`
+	// Migrate creates or upgrades the outbox tables at start; by default
+	// the daemon only checks they exist (coalesce outbox migrate makes them).
+	Migrate     bool          `yaml:"migrate"`
+	BatchSize   int           `yaml:"batch_size"`  // rows claimed per pass
+	Concurrency int           `yaml:"concurrency"` // round keys decided at once
+	PollEvery   time.Duration `yaml:"poll_every"`  // a pass at least this often without a notification
 }
 
 // Load reads the configuration file at path ("" means none: defaults only),

@@ -139,6 +139,7 @@ func TestSampleShowsEveryKey(t *testing.T) {
 		"policies.*":     d.tagged(&p),
 		"cron[*]":        d.tagged(&r),
 		"worker":         d.tagged(&c.Worker),
+		"outbox":         d.tagged(&c.Outbox),
 	}
 	for section, fs := range sections {
 		for _, f := range fs {
@@ -419,7 +420,7 @@ func TestLoadRefuses(t *testing.T) {
 	}{
 		// Keys.
 		{"unknown top-level key", "redsi:\n  url: x\n",
-			nil, `FILE:1: redsi: unknown key (known: redis, nats, http, embedded, policies, cron, worker, local_joins)`},
+			nil, `FILE:1: redsi: unknown key (known: redis, nats, http, embedded, policies, cron, worker, local_joins, outbox)`},
 		{"unknown policy key", "policies:\n  recompute:\n    mode: debounce\n    mood: happy\n",
 			nil, `FILE:4: policies.recompute.mood: unknown key (known: mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail, exclusive, lease, local_joins)`},
 		{"unknown nested key", "nats:\n  ingest:\n    durabel: true\n",
@@ -433,7 +434,7 @@ func TestLoadRefuses(t *testing.T) {
 
 		// Shapes and scalars.
 		{"top level is a list", "- redis\n",
-			nil, `FILE:1: the file must be a mapping of keys (redis, nats, http, embedded, policies, cron, worker, local_joins) to values, not a list`},
+			nil, `FILE:1: the file must be a mapping of keys (redis, nats, http, embedded, policies, cron, worker, local_joins, outbox) to values, not a list`},
 		{"section is a string", "redis: localhost\n",
 			nil, `FILE:1: redis: must be a mapping of keys to values, not a string`},
 		{"policies is a list", "policies:\n  - recompute\n",
@@ -460,6 +461,14 @@ func TestLoadRefuses(t *testing.T) {
 			nil, `FILE:2: http.tokens: must be a list, not a string`},
 		{"list item", "worker:\n  backoff: [1s, soon]\n",
 			nil, `FILE:2: worker.backoff[1]: "soon" is not a duration (use e.g. 30s, 5m)`},
+		{"outbox not a URL", "outbox:\n  postgres: db.internal\n",
+			nil, `FILE:2: outbox.postgres: is neither a postgres:// URL nor a key=value connection string (use e.g. postgres://user:password@host:5432/db)`},
+		{"outbox batch", "outbox:\n  batch_size: 200000\n",
+			nil, `FILE:2: outbox.batch_size: 200000 must be between 1 and 100000 (0 or unset: the default, 500)`},
+		{"outbox poll", "outbox:\n  poll_every: 1ms\n",
+			nil, `FILE:2: outbox.poll_every: 1ms must be at least 10ms (unset: 1s)`},
+		{"outbox env", "", map[string]string{"COALESCE_OUTBOX_POSTGRES": "nope"},
+			`COALESCE_OUTBOX_POSTGRES: outbox.postgres: is neither a postgres:// URL nor a key=value connection string (use e.g. postgres://user:password@host:5432/db)`},
 
 		// YAML itself.
 		{"syntax error", "redis:\n  url: [a\n",
@@ -825,7 +834,7 @@ func TestEnvVars(t *testing.T) {
 	}
 	want := []string{"COALESCE_REDIS_URL", "COALESCE_REDIS_ADDRS", "COALESCE_REDIS_USERNAME", "COALESCE_REDIS_PASSWORD",
 		"COALESCE_NATS_URL", "COALESCE_NATS_CREDS", "COALESCE_NATS_NKEY", "COALESCE_NATS_USER", "COALESCE_NATS_PASSWORD",
-		"COALESCE_NATS_TOKEN", "COALESCE_HTTP_TOKENS"}
+		"COALESCE_NATS_TOKEN", "COALESCE_HTTP_TOKENS", "COALESCE_OUTBOX_POSTGRES"}
 	if !reflect.DeepEqual(names, want) {
 		t.Errorf("EnvVars names = %q, want %q", names, want)
 	}
@@ -905,7 +914,7 @@ func TestKnownKeysInOrder(t *testing.T) {
 		fs      []field
 		want    string
 	}{
-		{"", d.tagged(c), "redis, nats, http, embedded, policies, cron, worker, local_joins"},
+		{"", d.tagged(c), "redis, nats, http, embedded, policies, cron, worker, local_joins, outbox"},
 		{"redis", d.tagged(&c.Redis), "url, addrs, sentinel, username, password, db, tls, prefix, persistence, eviction"},
 		{"redis.sentinel", d.sentinelFields(&c.Redis), "master, addrs"},
 		{"tls", d.tagged(&c.Redis.TLS), "enabled, ca_file, cert_file, key_file, insecure_skip_verify"},
@@ -917,6 +926,7 @@ func TestKnownKeysInOrder(t *testing.T) {
 		{"local_joins", d.tagged(&c.Local), "mode, flush_interval, clock_skew, max_rounds"},
 		{"cron[*]", d.tagged(&r), "name, schedule, timezone, type, args, key"},
 		{"worker", d.tagged(&c.Worker), "concurrency, max_deliver, ack_wait, backoff"},
+		{"outbox", d.tagged(&c.Outbox), "postgres, migrate, batch_size, concurrency, poll_every"},
 	} {
 		if got := keyList(tt.fs); got != tt.want {
 			t.Errorf("section %q knows %s, want %s", tt.section, got, tt.want)

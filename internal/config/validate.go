@@ -32,6 +32,7 @@ func (d *decoder) validate(c *Config) error {
 		d.validateCron,
 		d.validateWorker,
 		d.validateLocal,
+		d.validateOutbox,
 	}
 	for _, check := range checks {
 		if err := check(c); err != nil {
@@ -446,6 +447,31 @@ func (d *decoder) validateWorker(c *Config) error {
 		if b <= 0 {
 			return d.pathErr(d.item("worker.backoff", i), nil, "must be more than 0")
 		}
+	}
+	return nil
+}
+
+func (d *decoder) validateOutbox(c *Config) error {
+	o := &c.Outbox
+	if o.Postgres != "" {
+		u := o.Postgres
+		isURL := strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+		if !isURL && !strings.Contains(u, "=") {
+			return d.pathErr("outbox.postgres", nil, "is neither a postgres:// URL nor a key=value connection string (use e.g. postgres://user:password@host:5432/db)")
+		}
+		if isURL {
+			if _, err := url.Parse(u); err != nil {
+				return d.pathErr("outbox.postgres", nil, "is not a valid URL (use e.g. postgres://user:password@host:5432/db; escape special characters of the password with %%XX)")
+			}
+		}
+	}
+	switch {
+	case o.BatchSize < 0 || o.BatchSize > 100_000:
+		return d.pathErr("outbox.batch_size", nil, "%d must be between 1 and 100000 (0 or unset: the default, 500)", o.BatchSize)
+	case o.Concurrency < 0 || o.Concurrency > 10_000:
+		return d.pathErr("outbox.concurrency", nil, "%d must be between 1 and 10000 (0 or unset: the default, 64)", o.Concurrency)
+	case o.PollEvery < 0 || (o.PollEvery > 0 && o.PollEvery < 10*time.Millisecond):
+		return d.pathErr("outbox.poll_every", nil, "%v must be at least 10ms (unset: 1s)", o.PollEvery)
 	}
 	return nil
 }

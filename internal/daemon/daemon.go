@@ -404,6 +404,14 @@ func Run(ctx context.Context, o Options) error {
 		every = DefaultReapEvery
 	}
 	go reap(reapCtx, c.Coalescer, every, o.RepairAfter, m, log)
+	stopOutbox, err := StartOutbox(ctx, cfg, c, m, log)
+	if err != nil {
+		cr.Stop()
+		in.Stop()
+		_ = srv.Close()
+		return err
+	}
+	defer stopOutbox() // before the connections close: its pass under way finishes
 	addr := ln.Addr().String()
 	log.Info("serving", "http", addr, "events_subject", c.Publisher.Subjects().Prefix+".events.<type>",
 		"worker_protocol", StartSubject(c.Publisher.Subjects().Prefix)+", "+ProgressSubject(c.Publisher.Subjects().Prefix)+", "+FinishSubject(c.Publisher.Subjects().Prefix),

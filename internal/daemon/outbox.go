@@ -1,0 +1,148 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/config"
+	"github.com/coalesce-io/coalesce/outbox"
+)
+
+// outboxMetrics are the relay's series, registered only when an outbox is
+// configured.
+type outboxMetrics struct {
+	rows    *prometheus.CounterVec
+	lag     *prometheus.HistogramVec
+	backlog prometheus.Gauge
+	oldest  prometheus.Gauge
+}
+
+func newOutboxMetrics(m *Metrics) *outboxMetrics {
+	om := &outboxMetrics{
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_outbox_rows_total",
+			Help: "Outbox rows handled by the relay, by job type and result (relayed: decided and removed; dead: moved to coalesce_outbox_dead; retried: left for a later pass by a Redis or NATS outage)."}, []string{"type", "result"}),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coalesce_outbox_lag_seconds",
+			Help:    "From an outbox row's insert (the database's clock) to its decision.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}, []string{"type"}),
+		backlog: prometheus.NewGauge(prometheus.GaugeOpts{Name: "coalesce_outbox_backlog_rows",
+			Help: "Rows waiting in coalesce_outbox, counted every few seconds."}),
+		oldest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "coalesce_outbox_oldest_row_seconds",
+			Help: "Age of the oldest row waiting in coalesce_outbox."}),
+	}
+	m.Registry.MustRegister(om.rows, om.lag, om.backlog, om.oldest)
+	return om
+}
+
+func (om *outboxMetrics) hooks(m *Metrics) outbox.Hooks {
+	return outbox.Hooks{
+		Relayed: func(row outbox.Row, _ debounce.Decision, lag time.Duration) {
+			t := m.typ(row.Event.Type)
+			om.rows.WithLabelValues(t, "relayed").Inc()
+			om.lag.WithLabelValues(t).Observe(lag.Seconds())
+		},
+		Dead:  func(row outbox.Row, _ error) { om.rows.WithLabelValues(m.typ(row.Event.Type), "dead").Inc() },
+		Retry: func(row outbox.Row, _ error) { om.rows.WithLabelValues(m.typ(row.Event.Type), "retried").Inc() },
+		Backlog: func(rows int64, oldest time.Duration) {
+			om.backlog.Set(float64(rows))
+			om.oldest.Set(oldest.Seconds())
+		},
+	}
+}
+
+// StartOutbox starts the relay of cfg.Outbox, if one is configured, on a
+// Coalescer of its own whose policies fail closed (a Redis outage keeps the
+// rows in the outbox; a bypass would take them out unreserved). stop ends
+// it after its pass under way.
+func StartOutbox(ctx context.Context, cfg *config.Config, c *Conns, m *Metrics, log *slog.Logger) (stop func(), err error) {
+	oc := cfg.Outbox
+	if oc.Postgres == "" {
+		return func() {}, nil
+	}
+	where := redactPostgres(oc.Postgres)
+	pool, err := pgxpool.New(ctx, oc.Postgres)
+	if err != nil {
+		return nil, fmt.Errorf("outbox.postgres: %s: %w", where, err)
+	}
+	fail := func(err error) (func(), error) {
+		pool.Close()
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		return fail(fmt.Errorf("outbox.postgres: %s: %w (check the address, credentials and TLS settings)", where, err))
+	}
+	if oc.Migrate {
+		if err := outbox.Migrate(pctx, pool); err != nil {
+			return fail(fmt.Errorf("outbox.postgres: %s: %w", where, err))
+		}
+	} else if err := outboxTablesExist(pctx, pool); err != nil {
+		return fail(fmt.Errorf("outbox.postgres: %s: %w", where, err))
+	}
+	dcfg := debounce.Config{Redis: c.Redis, Publisher: c.Publisher, Policies: outbox.FailClosed(cfg.Policies),
+		Prefix: cfg.Redis.Prefix, Logger: log,
+		LocalJoins: cfg.Local.Mode, FlushInterval: cfg.Local.FlushInterval, ClockSkew: cfg.Local.ClockSkew, MaxLocalRounds: cfg.Local.MaxRounds}
+	if m != nil {
+		dcfg.Hooks = m.DebounceHooks()
+	}
+	co, err := debounce.New(dcfg)
+	if err != nil {
+		return fail(err)
+	}
+	rcfg := outbox.Config{Pool: pool, Coalescer: co, BatchSize: oc.BatchSize, Concurrency: oc.Concurrency,
+		PollEvery: oc.PollEvery, Logger: log}
+	if m != nil {
+		rcfg.Hooks = newOutboxMetrics(m).hooks(m)
+	}
+	relay, err := outbox.New(rcfg)
+	if err != nil {
+		return fail(err)
+	}
+	rctx, cancelRelay := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = relay.Run(rctx) })
+	log.Info("outbox relay started", "postgres", where, "table", "coalesce_outbox", "channel", outbox.Channel)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancelRelay()
+			wg.Wait()
+			// The relay's locally joined rows' counts go to Redis.
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = co.Flush(fctx)
+			cancel()
+			pool.Close()
+		})
+	}, nil
+}
+
+// outboxTablesExist refuses to relay from a database the migration has not
+// set up, saying how to set it up.
+func outboxTablesExist(ctx context.Context, pool *pgxpool.Pool) error {
+	var outboxOK, deadOK bool
+	err := pool.QueryRow(ctx, `SELECT to_regclass('coalesce_outbox') IS NOT NULL, to_regclass('coalesce_outbox_dead') IS NOT NULL`).Scan(&outboxOK, &deadOK)
+	if err != nil {
+		return err
+	}
+	if !outboxOK || !deadOK {
+		return fmt.Errorf("the outbox tables do not exist there: run `coalesce outbox migrate --postgres URL` (or apply outbox/schema.sql with your migrations), or set outbox.migrate: true")
+	}
+	return nil
+}
+
+// redactPostgres hides a Postgres URL's password for logs and messages.
+func redactPostgres(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return "(connection string)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,85 @@
+package daemon_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/config"
+	"github.com/coalesce-io/coalesce/internal/daemon"
+	"github.com/coalesce-io/coalesce/internal/pgtest"
+	"github.com/coalesce-io/coalesce/internal/testenv"
+	"github.com/coalesce-io/coalesce/outbox"
+	"github.com/coalesce-io/coalesce/publisher"
+)
+
+// StartOutbox refuses a database without the tables (saying how to make
+// them), makes them with outbox.migrate, relays, and names outbox.postgres
+// without the password when the database is unreachable.
+func TestStartOutbox(t *testing.T) {
+	t.Parallel()
+	pg, err := pgtest.Start()
+	if err != nil {
+		if os.Getenv(testenv.RequireEnv) == "1" {
+			t.Fatal(err)
+		}
+		t.Skipf("postgres: %v", err)
+	}
+	t.Cleanup(pg.Stop)
+	ctx := context.Background()
+	rs := testenv.NewRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	_, js := testenv.NATS(t).Connect(t)
+	pub, err := publisher.New(ctx, js, &publisher.Config{Stream: "OBXD", Prefix: "obxd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := &daemon.Conns{Redis: rdb, Publisher: pub}
+	cfg := &config.Config{Policies: []debounce.Policy{{Type: "sync", Mode: debounce.ModeDedup}}, Outbox: config.Outbox{Postgres: pg.URL}}
+	cfg.Redis.Prefix = "obxd"
+	log := slog.New(slog.DiscardHandler)
+	m := daemon.NewMetrics("sync")
+
+	if _, err := daemon.StartOutbox(ctx, cfg, conns, m, log); err == nil || !strings.Contains(err.Error(), "coalesce outbox migrate") || !strings.Contains(err.Error(), "outbox.postgres") {
+		t.Fatalf("no tables: %v", err)
+	}
+	cfg.Outbox.Migrate = true
+	stop, err := daemon.StartOutbox(ctx, cfg, conns, m, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO coalesce_outbox (type, args) VALUES ('sync', '{"id":1}'), ('sync', '{"id":2}')`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, _, err := outbox.Backlog(ctx, conn)
+		if err == nil && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay left %d rows (%v)", n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	stop() // twice is harmless
+
+	cfg.Outbox.Postgres = "postgres://app:s3cret@127.0.0.1:1/app?connect_timeout=2"
+	if _, err := daemon.StartOutbox(ctx, cfg, conns, m, log); err == nil || !strings.Contains(err.Error(), "outbox.postgres") || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("unreachable database: %v", err)
+	}
+}
