@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -27,6 +28,9 @@ func (ls *localState) enqueue(c *Coalescer, lr *localRound) {
 	ls.qmu.Lock()
 	ls.queue = append(ls.queue, lr)
 	first := len(ls.queue) == 1
+	if first {
+		ls.queuedAt.Store(int64(time.Since(ls.base)))
+	}
 	start := !ls.running
 	ls.running = true
 	ls.qmu.Unlock()
@@ -138,15 +142,49 @@ type flushCall struct {
 	cmd    *redis.Cmd
 }
 
+// assistAfter: a queue older than this many flush intervals is late.
+const assistAfter = 5
+
+// assistFlush flushes on the caller's goroutine when the queue has waited
+// more than assistAfter flush intervals and no flush is under way: a process
+// whose goroutines keep every CPU busy answering events locally would
+// otherwise starve the flusher, and the flush interval would not hold.
+func (c *Coalescer) assistFlush() {
+	ls := c.local
+	at := ls.queuedAt.Load()
+	if at == 0 || time.Since(ls.base)-time.Duration(at) < assistAfter*ls.every {
+		return
+	}
+	if !ls.fmu.TryLock() {
+		// A flush is under way, but late: let it have the CPU (its
+		// reply waits for a goroutine of the Redis client to run).
+		runtime.Gosched()
+		return
+	}
+	defer ls.fmu.Unlock()
+	ls.assists.Add(1)
+	_ = c.flushLocked(context.Background())
+}
+
 // flushLocal flushes the queue once, with the calls still unanswered from
 // earlier flushes, and retries pending resubmissions.
 func (c *Coalescer) flushLocal(ctx context.Context) error {
+	c.local.fmu.Lock()
+	defer c.local.fmu.Unlock()
+	return c.flushLocked(ctx)
+}
+
+// flushLocked is flushLocal, under fmu.
+func (c *Coalescer) flushLocked(ctx context.Context) error {
 	ls := c.local
-	ls.fmu.Lock()
-	defer ls.fmu.Unlock()
 	ls.qmu.Lock()
 	queue := ls.queue
 	ls.queue = nil
+	if at := ls.queuedAt.Swap(0); at != 0 {
+		if age := int64(time.Since(ls.base)) - at; age > ls.maxWait.Load() {
+			ls.maxWait.Store(age)
+		}
+	}
 	retry := ls.retry
 	ls.retry = nil
 	calls := ls.unsent

@@ -135,6 +135,8 @@ type LocalStats struct {
 	FlushedKeys uint64        // rounds flushed (each carries the events of one round)
 	Resubmitted uint64        // events submitted again: their round was gone at the flush
 	FlushErrors uint64        // flushes that failed (retried)
+	Assists     uint64        // flushes run by a submitting goroutine: the flusher was starved of CPU
+	MaxWait     time.Duration // the longest a locally joined event waited for its flush to start
 	FlushTime   time.Duration // total time of the flush round trips
 	Rounds      int           // rounds remembered now
 }
@@ -156,12 +158,16 @@ type localState struct {
 	wake    chan struct{}
 	held    atomic.Bool // tests: the background flusher waits (HoldFlushes)
 
-	joined, flushes, flushedKeys, resubmitted, flushErrors atomic.Uint64
-	flushNanos                                             atomic.Int64
+	base     time.Time    // queuedAt counts from it (monotonic)
+	queuedAt atomic.Int64 // when the queue last became non-empty; 0: empty
+	maxWait  atomic.Int64 // the longest an event waited for its flush to start, ns
+
+	joined, flushes, flushedKeys, resubmitted, flushErrors, assists atomic.Uint64
+	flushNanos                                                      atomic.Int64
 }
 
 func newLocalState(every, guard time.Duration, max int) *localState {
-	ls := &localState{every: every, guard: guard, max: int64(max), wake: make(chan struct{}, 1)}
+	ls := &localState{every: every, guard: guard, max: int64(max), wake: make(chan struct{}, 1), base: time.Now()}
 	for i := range ls.shards {
 		ls.shards[i].m = make(map[localKey]*localRound)
 	}
@@ -180,7 +186,8 @@ func (c *Coalescer) LocalStats() LocalStats {
 	}
 	return LocalStats{
 		Joined: ls.joined.Load(), Flushes: ls.flushes.Load(), FlushedKeys: ls.flushedKeys.Load(),
-		Resubmitted: ls.resubmitted.Load(), FlushErrors: ls.flushErrors.Load(),
+		Resubmitted: ls.resubmitted.Load(), FlushErrors: ls.flushErrors.Load(), Assists: ls.assists.Load(),
+		MaxWait:   time.Duration(ls.maxWait.Load()),
 		FlushTime: time.Duration(ls.flushNanos.Load()), Rounds: int(ls.rounds.Load()),
 	}
 }
@@ -256,6 +263,9 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, no
 		ls.joined.Add(1)
 		if queue {
 			ls.enqueue(c, lr)
+		}
+		if !ls.held.Load() {
+			c.assistFlush()
 		}
 		return d, true, nil
 	}

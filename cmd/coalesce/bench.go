@@ -225,6 +225,9 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		st := co.LocalStats()
 		res.LocalJoined, res.Flushes, res.FlushedRounds, res.Resubmitted = &st.Joined, &st.Flushes, &st.FlushedKeys, &st.Resubmitted
+		res.FlushAssists = &st.Assists
+		waitMs := math.Round(float64(st.MaxWait.Microseconds())/100) / 10
+		res.FlushWaitMaxMs = &waitMs
 		mean := 0.0
 		if st.Flushes > 0 {
 			mean = math.Round(float64(st.FlushTime.Microseconds())/float64(st.Flushes)*10) / 10

@@ -51,11 +51,13 @@ type Result struct {
 	// the flushes that added them to their rounds (script calls, rounds
 	// carried, mean round trip) and events submitted again because their
 	// round was gone at the flush.
-	LocalJoined   *uint64  `json:"local_joined,omitempty"`
-	Flushes       *uint64  `json:"flushes,omitempty"`
-	FlushedRounds *uint64  `json:"flushed_rounds,omitempty"`
-	FlushMeanUs   *float64 `json:"flush_mean_us,omitempty"`
-	Resubmitted   *uint64  `json:"resubmitted,omitempty"`
+	LocalJoined    *uint64  `json:"local_joined,omitempty"`
+	Flushes        *uint64  `json:"flushes,omitempty"`
+	FlushedRounds  *uint64  `json:"flushed_rounds,omitempty"`
+	FlushMeanUs    *float64 `json:"flush_mean_us,omitempty"`
+	Resubmitted    *uint64  `json:"resubmitted,omitempty"`
+	FlushAssists   *uint64  `json:"flush_assists,omitempty"`     // flushes a submitting goroutine ran: the flusher lacked CPU
+	FlushWaitMaxMs *float64 `json:"flush_wait_max_ms,omitempty"` // the longest a local join waited for its flush to start
 }
 
 // Submit decides events [from, to): one request (a batch) of the workload.
