@@ -3,6 +3,7 @@ package debounce_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -416,4 +417,36 @@ func TestFlushWhoseReplyWasLostAppliesOnce(t *testing.T) {
 			t.Errorf("%s: the round counts %d events, want 5", typ, r.Events)
 		}
 	}
+}
+
+// TestSubmitPrepared: an event prepared once decides as Submit would; one
+// prepared by another Coalescer, or a zero Prepared, is prepared again
+// (and a zero one is refused like an event with no type).
+func TestSubmitPrepared(t *testing.T) {
+	t.Parallel()
+	p := debounce.Policy{Type: "recompute", Mode: debounce.ModeDebounce, Window: time.Minute, KeyFields: []string{"t"}}
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, p)
+		ev := debounce.Event{Type: p.Type, Args: json.RawMessage(`{"t":1,"x":2}`)}
+		pr, err := f.c.Prepare(ev)
+		want, _ := f.c.RoundKeyOf(ev)
+		if err != nil || pr.Key() != want {
+			t.Fatalf("Prepare: key %s, %v; want %s", pr.Key(), err, want)
+		}
+		d1, err := f.c.SubmitPrepared(context.Background(), pr)
+		if err != nil || d1.Outcome != debounce.OutcomeScheduled || d1.Key != want || d1.Type != p.Type {
+			t.Fatalf("SubmitPrepared: %+v %v", d1, err)
+		}
+		other := f.other(t, p)
+		opr, _ := other.Prepare(ev)
+		if d2, err := f.c.SubmitPrepared(context.Background(), opr); err != nil || d2.Round != d1.Round || d2.Events != 2 {
+			t.Errorf("prepared by another Coalescer: %+v %v", d2, err)
+		}
+		if _, err := f.c.SubmitPrepared(context.Background(), debounce.Prepared{}); err == nil {
+			t.Error("a zero Prepared was accepted")
+		}
+		if _, err := f.c.Prepare(debounce.Event{Type: p.Type, Args: json.RawMessage(`{"t":9007199254740993}`)}); !errors.Is(err, debounce.ErrInvalidEvent) {
+			t.Errorf("Prepare of an unsafe integer: %v, want ErrInvalidEvent", err)
+		}
+	})
 }

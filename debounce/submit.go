@@ -104,16 +104,60 @@ const (
 	statusExtended  = 4
 )
 
-func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
+// Prepared is an event checked and fingerprinted by Prepare, to submit with
+// SubmitPrepared: a caller that needs the round key before it submits (to
+// decide a batch's events of one key in order) fingerprints it once.
+type Prepared struct {
+	ev   Event
+	p    *compiled
+	fp   fingerprint.Fingerprint
+	key  RoundKey
+	item []byte
+}
+
+// Key is the event's round key.
+func (pr Prepared) Key() RoundKey { return pr.key }
+
+// Prepare checks an event and computes its fingerprint and round key, as
+// Submit would, without deciding it. Its errors are Submit's
+// ErrInvalidEvent and ErrNoPolicy.
+func (c *Coalescer) Prepare(ev Event) (Prepared, error) {
 	p, err := c.policyFor(ev.Type)
 	if err != nil {
-		return Decision{Type: ev.Type}, err
+		return Prepared{ev: ev}, err
 	}
 	fp, key, item, err := c.identify(p, ev)
-	d := Decision{Type: ev.Type, Key: key, Fingerprint: fp}
-	if err != nil {
-		return d, err
+	return Prepared{ev: ev, p: p, fp: fp, key: key, item: item}, err
+}
+
+// SubmitPrepared is Submit for an event Prepare accepted (an event prepared
+// by another Coalescer, or not at all, is prepared again).
+func (c *Coalescer) SubmitPrepared(ctx context.Context, pr Prepared) (Decision, error) {
+	start := time.Now()
+	var d Decision
+	var err error
+	if pr.p == nil || c.policies[pr.ev.Type] != pr.p {
+		d, err = c.submit(ctx, pr.ev)
+	} else {
+		d, err = c.submitPrepared(ctx, pr)
 	}
+	if c.hooks.Decision != nil {
+		c.hooks.Decision(pr.ev.Type, d, err, time.Since(start))
+	}
+	return d, err
+}
+
+func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
+	pr, err := c.Prepare(ev)
+	if err != nil {
+		return Decision{Type: ev.Type, Key: pr.key, Fingerprint: pr.fp}, err
+	}
+	return c.submitPrepared(ctx, pr)
+}
+
+func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (Decision, error) {
+	ev, p, fp, key, item := pr.ev, pr.p, pr.fp, pr.key, pr.item
+	d := Decision{Type: ev.Type, Key: key, Fingerprint: fp}
 	now := c.now()
 	job := Job{
 		Type: p.Type, Key: key, Fingerprint: fp, Mode: p.Mode, Payload: p.Payload,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -622,7 +624,7 @@ func readLine(br *bufio.Reader, limit int64) (line []byte, over bool, err error)
 // "last" mean what the batch says), and returns one answer per line.
 func (a *API) decideBatch(r *http.Request, lines [][]byte) [][]byte {
 	out := make([][]byte, len(lines))
-	events := make([]debounce.Event, len(lines))
+	events := make([]debounce.Prepared, len(lines))
 	groups := map[string][]int{}
 	var order []string
 	for i, line := range lines {
@@ -631,40 +633,89 @@ func (a *API) decideBatch(r *http.Request, lines [][]byte) [][]byte {
 			continue
 		}
 		ev, err := DecodeEvent(line)
-		var key debounce.RoundKey
+		var pr debounce.Prepared
 		if err == nil {
 			traceparent(r, &ev)
-			key, err = a.cfg.Coalescer.RoundKeyOf(ev)
+			pr, err = a.cfg.Coalescer.Prepare(ev)
 		}
 		if err != nil {
 			out[i] = errorJSON(err)
 			continue
 		}
-		events[i] = ev
-		g := ev.Type + "\n" + key.String()
+		events[i] = pr
+		key := pr.Key()
+		g := ev.Type + "\n" + string(key[:])
 		if _, seen := groups[g]; !seen {
 			order = append(order, g)
 		}
 		groups[g] = append(groups[g], i)
 	}
-	sem := make(chan struct{}, a.cfg.BatchParallel)
+	// BatchParallel workers take the groups in order (a goroutine per group
+	// would grow a fresh stack for each).
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for _, g := range order {
-		sem <- struct{}{}
+	for range min(a.cfg.BatchParallel, len(order)) {
 		wg.Go(func() {
-			defer func() { <-sem }()
-			for _, i := range groups[g] {
-				d, err := a.cfg.Coalescer.Submit(r.Context(), events[i])
-				if err != nil {
-					out[i] = errorJSON(err)
-					continue
+			for {
+				gi := int(next.Add(1)) - 1
+				if gi >= len(order) {
+					return
 				}
-				out[i] = marshal(d)
+				for _, i := range groups[order[gi]] {
+					d, err := a.cfg.Coalescer.SubmitPrepared(r.Context(), events[i])
+					if err != nil {
+						out[i] = errorJSON(err)
+						continue
+					}
+					out[i] = appendDecision(nil, d)
+				}
 			}
 		})
 	}
 	wg.Wait()
 	return out
+}
+
+// appendDecision appends d as marshal writes it (TestAppendDecisionIsMarshal),
+// without reflection: a batch writes one per event.
+func appendDecision(b []byte, d debounce.Decision) []byte {
+	if !plainJSON(d.Type) || !plainJSON(string(d.Outcome)) {
+		return append(b, marshal(d)...)
+	}
+	b = append(b, `{"outcome":"`...)
+	b = append(b, d.Outcome...)
+	b = append(b, `","type":"`...)
+	b = append(b, d.Type...)
+	b = append(b, `","key":"`...)
+	b = hex.AppendEncode(b, d.Key[:])
+	b = append(b, `","fingerprint":"`...)
+	b = hex.AppendEncode(b, d.Fingerprint[:])
+	b = append(b, `","round":"`...)
+	if d.Round != 0 {
+		b = fmt.Appendf(b, "%016x", uint64(d.Round))
+	}
+	b = append(b, '"')
+	if !d.DueAt.IsZero() {
+		due, err := d.DueAt.MarshalJSON()
+		if err != nil {
+			return append(b[:0], marshal(d)...)
+		}
+		b = append(b, `,"due_at":`...)
+		b = append(b, due...)
+	}
+	b = append(b, `,"events":`...)
+	b = strconv.AppendInt(b, int64(d.Events), 10)
+	return append(b, '}')
+}
+
+// plainJSON: s needs no escaping in a JSON string.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 func errorJSON(err error) []byte {
