@@ -339,6 +339,10 @@ func compile(p Policy, maxAge time.Duration) (*compiled, error) {
 	return cp, nil
 }
 
+// Now is the Coalescer's clock (Config.Now): the one its scripts time
+// rounds with.
+func (c *Coalescer) Now() time.Time { return c.now() }
+
 // Policy returns the policy (with defaults) for a job type.
 func (c *Coalescer) Policy(jobType string) (Policy, bool) {
 	p, ok := c.policies[jobType]

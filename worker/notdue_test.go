@@ -2,7 +2,7 @@ package worker_test
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -12,71 +12,56 @@ import (
 	"github.com/coalesce-io/coalesce/worker"
 )
 
-// flakyRepublisher fails the worker's re-schedules of a not-due round a
-// number of times, as NATS trouble would.
-type flakyRepublisher struct {
-	next  debounce.Publisher
-	mu    sync.Mutex
-	fails int
-	tried int
-}
-
-func (p *flakyRepublisher) Publish(ctx context.Context, job debounce.Job) error {
-	p.mu.Lock()
-	p.tried++
-	fail := p.fails > 0
-	if fail {
-		p.fails--
-	}
-	p.mu.Unlock()
-	if fail {
-		return errors.New("nats: timeout")
-	}
-	return p.next.Publish(ctx, job)
-}
-
-// TestNotDueIsNeverDeadLettered: an extended round whose job fires before
-// its new due time is published again by the worker. When those publishes
-// fail more often than MaxDeliver, the delivery is redelivered each time;
-// it must never be dead-lettered (that stranded the round: marked published,
-// no schedule, every later event accepted and never run). The job runs once,
-// at the extended due time, with every event.
-func TestNotDueIsNeverDeadLettered(t *testing.T) {
+// TestEarlyDeliveryOfAFixedRoundWaits: a fixed debounce round delivered
+// before its due time by the worker's clock (clocks apart) is not taken:
+// the same message is retried at the due time, nothing published again,
+// and its events (some joined locally) are all in the job that then runs.
+func TestEarlyDeliveryOfAFixedRoundWaits(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, testenv.NATS(t), debounce.Policy{Type: "sync", Mode: debounce.ModeDebounce, Window: time.Second,
-		Extend: true, MaxWait: 20 * time.Second, KeyFields: []string{"doc"}})
-	flaky := &flakyRepublisher{next: s.pub, fails: 8}
-	var got started
-	w, err := worker.New(worker.Config{JetStream: s.js, Coalescer: s.co, Publisher: flaky, Types: []string{"sync"},
-		MaxDeliver: 3, AckWait: 2 * time.Second, Backoff: []time.Duration{50 * time.Millisecond}})
+	rdb := testenv.SharedRedis(t).Client(t)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	var published []debounce.Job
+	pub := debounce.PublisherFunc(func(_ context.Context, j debounce.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		published = append(published, j)
+		return nil
+	})
+	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: testenv.Prefix(t), Now: clock,
+		Policies: []debounce.Policy{{Type: "fixed", Mode: debounce.ModeDebounce, Window: 10 * time.Second}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx, got.handler) }()
-	defer func() { cancel(); <-done }()
-
-	s.submit(t, "sync", `{"doc":1,"n":0}`)
-	// Keep extending past the first due time (1s), then go quiet.
-	for i := range 6 {
-		time.Sleep(300 * time.Millisecond)
-		s.submit(t, "sync", `{"doc":1,"n":`+string(rune('1'+i))+`}`)
+	ctx := context.Background()
+	for range 3 {
+		if _, err := co.Submit(ctx, debounce.Event{Type: "fixed", Args: json.RawMessage(`{"a":1}`)}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	count := func() int { j, _ := got.snapshot(); return len(j) }
-	waitFor(t, 15*time.Second, "the extended round's job", func() bool { return count() >= 1 })
-	quiet(t, 1500*time.Millisecond, "jobs", count)
-	jobs, _ := got.snapshot()
-	if len(jobs) != 1 || jobs[0].Summary.Events != 7 || jobs[0].Release != debounce.ReleaseReleased {
-		t.Fatalf("jobs %d, first %+v: want one released with the 7 events", len(jobs), jobs[0].Summary)
+	// The flush adds the two local joins within milliseconds; the fake
+	// clock jumps seconds in no time, so wait for it here.
+	if err := co.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
-	flaky.mu.Lock()
-	tried := flaky.tried
-	flaky.mu.Unlock()
-	if tried < 9 {
-		t.Errorf("the worker tried %d re-schedules; the test wants more failures than MaxDeliver before the job runs", tried)
+	mu.Lock()
+	job := worker.Job{Job: published[0]}
+	now = now.Add(7 * time.Second) // 3 s early
+	mu.Unlock()
+	st, err := worker.StartDelivery(ctx, co, pub, &job, 5, time.Second)
+	if err != nil || st.Action != worker.StartRetry || st.Delay < 2*time.Second || st.Delay > 3*time.Second {
+		t.Fatalf("early delivery: %+v %v, want a retry in about 3 s", st, err)
 	}
-	// And the key is not stranded: the next event opens a new round that runs.
-	s.submit(t, "sync", `{"doc":1,"n":99}`)
-	waitFor(t, 10*time.Second, "the next round's job", func() bool { return count() >= 2 })
+	mu.Lock()
+	n := len(published)
+	now = now.Add(3 * time.Second)
+	mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d jobs published, want the one (nothing published again)", n)
+	}
+	st, err = worker.StartDelivery(ctx, co, pub, &job, 5, time.Second)
+	if err != nil || st.Action != worker.StartRun || job.Release != debounce.ReleaseReleased || job.Summary.Events != 3 {
+		t.Errorf("delivery at due time: %+v %v, job %s with %d events; want run, released with 3", st, err, job.Release, job.Summary.Events)
+	}
 }

@@ -172,7 +172,7 @@ func startDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Pub
 		if rel.Version == 0 {
 			// A fixed due time this worker's clock has not reached
 			// (the clocks are apart): the same message, later.
-			return Started{Action: StartRetry, Delay: max(time.Until(rel.DueAt), 10*time.Millisecond), Reason: "round not due yet by this worker's clock"}, nil
+			return Started{Action: StartRetry, Delay: max(rel.DueAt.Sub(co.Now()), 10*time.Millisecond), Reason: "round not due yet by this worker's clock"}, nil
 		}
 		next := job.Job
 		next.DueAt, next.Version = rel.DueAt, rel.Version

@@ -245,6 +245,9 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	if c.Coalescer, err = debounce.New(dcfg); err != nil {
 		return fail(err)
 	}
+	if m != nil {
+		m.WatchLocalJoins(c.Coalescer)
+	}
 	persistence := "unknown (the server does not say)"
 	if info.Persistence != nil {
 		persistence = info.Persistence.String()

@@ -100,6 +100,25 @@ func NewMetrics(types ...string) *Metrics {
 	return m
 }
 
+// WatchLocalJoins exports co's local-join counters (debounce.LocalStats).
+// The first Coalescer a Metrics watches is the one it reports.
+func (m *Metrics) WatchLocalJoins(co *debounce.Coalescer) {
+	counter := func(name, help string, v func(debounce.LocalStats) uint64) {
+		_ = m.Registry.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v(co.LocalStats())) }))
+	}
+	counter("coalesce_local_joins_total", "Events answered without a Redis call, their round known pending here (local joins).",
+		func(s debounce.LocalStats) uint64 { return s.Joined })
+	counter("coalesce_local_flushes_total", "Flushes of locally joined events to Redis (round trips).",
+		func(s debounce.LocalStats) uint64 { return s.Flushes })
+	counter("coalesce_local_flush_errors_total", "Flush calls that got no reply (sent again unchanged).",
+		func(s debounce.LocalStats) uint64 { return s.FlushErrors })
+	counter("coalesce_local_resubmitted_total", "Locally joined events submitted again: their round was gone at the flush.",
+		func(s debounce.LocalStats) uint64 { return s.Resubmitted })
+	_ = m.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coalesce_local_rounds",
+		Help: "Rounds this daemon remembers for local joins."}, func() float64 { return float64(co.LocalStats().Rounds) }))
+}
+
 // collectors are coalesce's own series.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.dead, m.keyWait, m.protocol, m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
