@@ -67,10 +67,12 @@
 // lost, whatever the clocks do; after a producer crash, the events it
 // answered since its last flush are missing from their round's count but
 // still covered by its job, provided every clock (producers, workers, Redis,
-// NATS) is within Config.ClockSkew of every other, because local answers
-// stop DueSlack + ClockSkew + FlushInterval + 50 ms before the round can be
-// taken (no layout's take takes a round that is not due) or expires. Call
-// Flush before a producer stops. local.go has the details; LocalStats counts
+// NATS) is within Config.ClockSkew of every other and every process has the
+// same DueSlack, because local answers stop DueSlack + ClockSkew +
+// FlushInterval + 50 ms before the round can be taken (no layout's take
+// takes a round that is not due) or expires. A flush that gets no reply
+// stops local answers until one does, and is sent again unchanged (it
+// applies once). Call Flush before a producer stops. local.go has the details; LocalStats counts
 // what it did.
 //
 // # Two layouts

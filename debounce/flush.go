@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,6 +42,18 @@ func (ls *localState) enqueue(c *Coalescer, lr *localRound) {
 		case ls.wake <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// ensureFlusher starts the flusher if it is not running: it also forgets
+// rounds whose local time is over.
+func (ls *localState) ensureFlusher(c *Coalescer) {
+	ls.qmu.Lock()
+	start := !ls.running
+	ls.running = true
+	ls.qmu.Unlock()
+	if start {
+		go c.flushLoop()
 	}
 }
 
@@ -119,16 +132,18 @@ func (c *Coalescer) Flush(ctx context.Context) error {
 
 // flushed is one round's share of a flush.
 type flushed struct {
-	lr   *localRound
-	n    int
-	last int64
+	lr    *localRound
+	n     int
+	last  int64
+	first Event // the first of the n events
 }
 
 // resubmission is events whose round was gone at their flush, to submit
 // again.
 type resubmission struct {
-	lr *localRound
-	n  int
+	lr    *localRound
+	n     int
+	first Event // the first of them, submitted with its own args
 }
 
 // flushCall is one flush script call: its rounds' share, their keys and
@@ -152,7 +167,7 @@ const assistAfter = 5
 func (c *Coalescer) assistFlush() {
 	ls := c.local
 	at := ls.queuedAt.Load()
-	if at == 0 || time.Since(ls.base)-time.Duration(at) < assistAfter*ls.every {
+	if at == 0 || ls.failing.Load() || time.Since(ls.base)-time.Duration(at) < assistAfter*ls.every {
 		return
 	}
 	if !ls.fmu.TryLock() {
@@ -164,6 +179,18 @@ func (c *Coalescer) assistFlush() {
 	defer ls.fmu.Unlock()
 	ls.assists.Add(1)
 	_ = c.flushLocked(context.Background())
+}
+
+// lockFlush takes the flush lock within d (or ctx), reporting whether it did.
+func (ls *localState) lockFlush(ctx context.Context, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !ls.fmu.TryLock() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
 }
 
 // flushLocal flushes the queue once, with the calls still unanswered from
@@ -178,26 +205,30 @@ func (c *Coalescer) flushLocal(ctx context.Context) error {
 func (c *Coalescer) flushLocked(ctx context.Context) error {
 	ls := c.local
 	ls.qmu.Lock()
-	queue := ls.queue
-	ls.queue = nil
-	if at := ls.queuedAt.Swap(0); at != 0 {
-		if age := int64(time.Since(ls.base)) - at; age > ls.maxWait.Load() {
-			ls.maxWait.Store(age)
-		}
-	}
-	retry := ls.retry
-	ls.retry = nil
 	calls := ls.unsent
 	ls.unsent = nil
+	var queue []*localRound
+	if len(calls) == 0 {
+		// Calls without a reply go again first, alone: during an outage
+		// the new events wait in their rounds instead of piling up in
+		// more calls.
+		queue = ls.queue
+		ls.queue = nil
+		if at := ls.queuedAt.Swap(0); at != 0 {
+			if age := int64(time.Since(ls.base)) - at; age > ls.maxWait.Load() {
+				ls.maxWait.Store(age)
+			}
+		}
+	}
 	ls.qmu.Unlock()
 
 	var packedRounds, hashRounds []flushed
 	for _, lr := range queue {
 		sh := ls.shard(lr.lk.key)
 		sh.mu.Lock()
-		f := flushed{lr: lr, n: lr.pending, last: lr.last}
+		f := flushed{lr: lr, n: lr.pending, last: lr.last, first: lr.first}
 		lr.flushing += lr.pending
-		lr.pending, lr.dirty = 0, false
+		lr.pending, lr.dirty, lr.first = 0, false, Event{}
 		sh.mu.Unlock()
 		if f.n == 0 {
 			continue
@@ -216,9 +247,22 @@ func (c *Coalescer) flushLocked(ctx context.Context) error {
 		err = c.sendFlush(fctx, calls)
 		cancel()
 	}
-	for _, rs := range retry {
-		if rerr := c.resubmit(ctx, rs); rerr != nil && err == nil {
-			err = rerr
+	// Events whose round was gone, found now or by an earlier flush: to
+	// Redis at once, stopping at the first failure (the rest wait for the
+	// next flush).
+	ls.qmu.Lock()
+	retry := ls.retry
+	ls.retry = nil
+	ls.qmu.Unlock()
+	for i, rs := range retry {
+		if rerr := c.resubmit(ctx, rs); rerr != nil {
+			ls.qmu.Lock()
+			ls.retry = append(ls.retry, retry[i+1:]...)
+			ls.qmu.Unlock()
+			if err == nil {
+				err = rerr
+			}
+			break
 		}
 	}
 	return err
@@ -261,6 +305,14 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 	for _, fc := range calls {
 		fc.cmd = script(fc).EvalSha(ctx, pipe, fc.keys, fc.args...)
 	}
+	// The markers of calls answered before: no longer needed.
+	c.local.qmu.Lock()
+	acked := c.local.acked
+	c.local.acked = nil
+	c.local.qmu.Unlock()
+	for _, m := range acked {
+		pipe.Unlink(ctx, m)
+	}
 	_, _ = pipe.Exec(ctx)
 	var reload []*flushCall
 	for _, fc := range calls {
@@ -279,6 +331,7 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 	c.local.flushNanos.Add(int64(time.Since(start)))
 	var firstErr error
 	var unsent []*flushCall
+	var answered []string
 	for _, fc := range calls {
 		res, err := fc.cmd.Int64Slice()
 		if err == nil && len(res) != len(fc.rounds)*(1+b2i(fc.hash)) {
@@ -294,6 +347,7 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 			unsent = append(unsent, fc)
 			continue
 		}
+		answered = append(answered, fc.keys[len(fc.keys)-1])
 		c.local.flushedKeys.Add(uint64(len(fc.rounds)))
 		for i, f := range fc.rounds {
 			if fc.hash {
@@ -303,11 +357,11 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 			}
 		}
 	}
-	if len(unsent) > 0 {
-		c.local.qmu.Lock()
-		c.local.unsent = append(c.local.unsent, unsent...)
-		c.local.qmu.Unlock()
-	}
+	c.local.qmu.Lock()
+	c.local.unsent = append(c.local.unsent, unsent...)
+	c.local.acked = append(c.local.acked, answered...)
+	c.local.qmu.Unlock()
+	c.local.failing.Store(len(unsent) > 0)
 	return firstErr
 }
 
@@ -349,7 +403,7 @@ func (c *Coalescer) applyFlush(f flushed, count, due int64) {
 		}
 		sh.mu.Unlock()
 		ls.qmu.Lock()
-		ls.retry = append(ls.retry, resubmission{lr: lr, n: f.n})
+		ls.retry = append(ls.retry, resubmission{lr: lr, n: f.n, first: f.first})
 		ls.qmu.Unlock()
 		return
 	}
@@ -368,22 +422,30 @@ func (c *Coalescer) applyFlush(f flushed, count, due int64) {
 // cannot be submitted now (Redis or NATS down) is kept for the next flush.
 func (c *Coalescer) resubmit(ctx context.Context, rs resubmission) error {
 	ls := c.local
-	ev := Event{Type: rs.lr.lk.p.Type, Args: rs.lr.args, Key: rs.lr.explKey}
+	ev := rs.first
 	for i := range rs.n {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
-		_, err := c.submit(sctx, ev)
+		d, err := c.submit(sctx, ev)
 		cancel()
+		if err == nil && d.Outcome == OutcomeBypassed {
+			// Published without a reservation (Redis down, fail open):
+			// its job runs after the rest too.
+			ls.resubmitted.Add(uint64(rs.n - i))
+			break
+		}
 		if err != nil {
 			ls.qmu.Lock()
-			ls.retry = append(ls.retry, resubmission{lr: rs.lr, n: rs.n - i})
+			ls.retry = append(ls.retry, resubmission{lr: rs.lr, n: rs.n - i, first: ev})
 			ls.qmu.Unlock()
 			c.log.Warn("submitting again the locally joined events of a round gone at their flush failed; retried",
 				"job_type", ev.Type, "key", rs.lr.lk.key.String(), "events", rs.n-i, "err", err)
 			return err
 		}
 		ls.resubmitted.Add(1)
+		// The first event went with its own args: it may be another
+		// round's first. The others join it, as they joined the one gone.
 	}
-	c.log.Warn(ResubmittedMessage, "job_type", ev.Type, "key", rs.lr.lk.key.String(), "token", rs.lr.token.String(), "events", rs.n)
+	c.log.Warn(ResubmittedMessage, "job_type", rs.lr.lk.p.Type, "key", rs.lr.lk.key.String(), "token", rs.lr.token.String(), "events", rs.n)
 	return nil
 }
 
@@ -400,7 +462,7 @@ func (c *Coalescer) sweepLocal(nowMs int64) {
 		sh := &ls.shards[i]
 		sh.mu.Lock()
 		for k, lr := range sh.m {
-			if lr.opening == nil && !lr.dirty && nowMs >= lr.until {
+			if lr.opening == nil && !lr.dirty && nowMs >= max(lr.until, lr.bypass) {
 				delete(sh.m, k)
 				ls.rounds.Add(-1)
 			}
@@ -410,15 +472,21 @@ func (c *Coalescer) sweepLocal(nowMs int64) {
 }
 
 // slotGroups splits rounds by Cluster hash slot (a script's keys must share
-// one); on a single node they are one group.
+// one); on a single node they are one group; on any other client (a Ring),
+// one group per round (its hash tag).
 func (c *Coalescer) slotGroups(rounds []flushed) [][]flushed {
-	if _, cluster := c.rdb.(*redis.ClusterClient); !cluster {
+	group := func(key string) string { return strconv.Itoa(int(keySlot(key))) }
+	switch c.rdb.(type) {
+	case *redis.Client:
 		return [][]flushed{rounds}
+	case *redis.ClusterClient:
+	default: // a Ring, or a client of its own: the hash tag is all that is sure
+		group = func(key string) string { return key[strings.IndexByte(key, '{'):] }
 	}
-	bySlot := map[uint16][]flushed{}
-	var order []uint16
+	bySlot := map[string][]flushed{}
+	var order []string
 	for _, f := range rounds {
-		s := keySlot(f.lr.rkey)
+		s := group(f.lr.rkey)
 		if _, ok := bySlot[s]; !ok {
 			order = append(order, s)
 		}

@@ -36,8 +36,11 @@ func (c *Coalescer) Inspect(ctx context.Context, jobType string, key RoundKey) (
 	if !ok {
 		return Round{}, false, fmt.Errorf("%w %q", ErrNoPolicy, jobType)
 	}
-	if c.local != nil {
-		_ = c.flushLocal(ctx) // show this process's local joins too
+	if c.local != nil && c.local.lockFlush(ctx, time.Second) {
+		// Show this process's local joins too, unless a flush has held
+		// the lock for a second (it may be waiting for a Redis gone).
+		_ = c.flushLocked(ctx)
+		c.local.fmu.Unlock()
 	}
 	keys := c.keys(p, key)
 	for i, k := range keys {
@@ -152,7 +155,10 @@ const doneCancelled = "cancelled"
 // job, if its schedule already fired or a reschedule lands late, starts
 // nothing (ReleaseDone). The caller purges the round's messages
 // (publisher.Cancel). It returns the round as it was (CancelCancelled) or
-// the round pending instead (CancelOtherRound).
+// the round pending instead (CancelOtherRound). Events another process
+// answered locally for the round and had not flushed yet are submitted
+// again by that process when its flush finds the round gone: they open a
+// new round.
 func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKey, token Token) (Round, CancelResult, error) {
 	p, ok := c.policies[jobType]
 	if !ok {
@@ -179,7 +185,7 @@ func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKe
 			return r, "", fmt.Errorf("%w: cancel %s %s: %w", ErrStoreUnavailable, jobType, key, err)
 		}
 		if rel.Result == ReleaseReleased {
-			c.forget(jobType, key)
+			c.forget(jobType, key, token)
 			keep := max(time.Until(r.ExpiresAt), DoneRetention)
 			if err := c.rdb.Set(ctx, c.doneKey(job), doneCancelled, keep).Err(); err != nil {
 				return r, "", fmt.Errorf("%w: cancel %s %s: mark the round done: %w", ErrStoreUnavailable, jobType, key, err)

@@ -106,19 +106,22 @@ type localRound struct {
 	hash    bool   // hash layout (an extended round)
 	outcome Outcome
 	opened  time.Time // the round's first event (extend: the max-wait base)
-	args    []byte    // an event's args, copied: to submit again if the round is gone
-	explKey string    // the events' explicit key, if any
 
 	// Guarded by the shard's mutex.
 	until    int64     // unix ms: local answers while now is before it
 	due      time.Time // the due time the last Redis answer gave
 	count    int       // events in Redis at the last answer
 	pending  int       // answered here since the last flush
+	first    Event     // the first of them, its args copied: submitted again if the round is gone
 	flushing int       // answered here, in a flush under way
-	last     int64     // unix ms: latest event answered here
-	dirty    bool      // queued for the next flush
-	gone     bool      // the flush found the round gone: answer no more
-	opening  chan struct{}
+	// bypass: a round known but too close to its due time (or end) to be
+	// answered here: until then (unix ms) events go to Redis straight,
+	// without waiting for an opener.
+	bypass  int64
+	last    int64 // unix ms: latest event answered here
+	dirty   bool  // queued for the next flush
+	gone    bool  // the flush found the round gone: answer no more
+	opening chan struct{}
 }
 
 const localShards = 64
@@ -154,9 +157,11 @@ type localState struct {
 	queue   []*localRound  // dirty rounds, in the order they became dirty
 	retry   []resubmission // events to submit again, their round gone
 	unsent  []*flushCall   // flush calls that got no reply, to send again
+	acked   []string       // markers of answered calls, deleted by the next flush
 	running bool           // a flusher goroutine is running
 	wake    chan struct{}
 	held    atomic.Bool // tests: the background flusher waits (HoldFlushes)
+	failing atomic.Bool // the last flush got no reply: no local answers until one does
 
 	base     time.Time    // queuedAt counts from it (monotonic)
 	queuedAt atomic.Int64 // when the queue last became non-empty; 0: empty
@@ -197,8 +202,14 @@ func (c *Coalescer) LocalStats() LocalStats {
 // nil, this caller is the one who asks Redis for the key (others of this
 // process wait for its answer, then join locally) and must call
 // learn or settle with it.
-func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, now time.Time) (d Decision, ok bool, opener *localRound) {
+func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev Event, now time.Time) (d Decision, ok bool, opener *localRound) {
 	ls := c.local
+	if ls.failing.Load() {
+		// Flushes fail (Redis unreachable): answer nothing here that
+		// could not reach Redis; events go there (and fail, or bypass,
+		// as the policy says).
+		return d, false, nil
+	}
 	lk := localKey{p, key}
 	sh := ls.shard(key)
 	nowMs := now.UnixMilli()
@@ -233,8 +244,9 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, no
 				return d, false, nil
 			}
 		case lr.gone || nowMs >= lr.until:
-			if lr.dirty {
-				// Its events wait for their flush, which forgets it.
+			if lr.dirty || !lr.gone && nowMs < lr.bypass {
+				// Its events wait for their flush, which forgets it; or
+				// the round is near its end: to Redis, no opener.
 				sh.mu.Unlock()
 				return d, false, nil
 			}
@@ -242,6 +254,9 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, no
 			c.dropLocked(sh, lr)
 			sh.mu.Unlock()
 			continue
+		}
+		if lr.pending == 0 {
+			lr.first = Event{Type: ev.Type, Args: append([]byte(nil), ev.Args...), Key: ev.Key, TraceParent: ev.TraceParent}
 		}
 		lr.pending++
 		if nowMs > lr.last {
@@ -276,14 +291,22 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, no
 // pending and published, and lets the waiting events join it. Any other
 // answer (an error, a round not published, another layout's round) settles
 // the entry away.
-func (c *Coalescer) learn(lr *localRound, p *compiled, ev Event, d Decision, r reply, now time.Time) {
+func (c *Coalescer) learn(lr *localRound, p *compiled, d Decision, r reply, now time.Time) {
 	ls := c.local
 	sh := ls.shard(lr.lk.key)
 	until, ok := c.localUntil(p, d, r)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if !ok || now.UnixMilli() >= until || sh.m[lr.lk] != lr {
+	if !ok || sh.m[lr.lk] != lr {
 		c.dropLocked(sh, lr)
+		return
+	}
+	if now.UnixMilli() >= until {
+		// Near its end: this round's events go to Redis, straight.
+		lr.token, lr.until, lr.bypass = r.token, until, until+c.local.guard.Milliseconds()
+		close(lr.opening)
+		lr.opening = nil
+		c.local.ensureFlusher(c) // it sweeps the entry
 		return
 	}
 	lr.token, lr.rkey, lr.hash = r.token, r.rkey, r.token.isHashToken()
@@ -298,11 +321,10 @@ func (c *Coalescer) learn(lr *localRound, p *compiled, ev Event, d Decision, r r
 		}
 	}
 	lr.opened = r.openedAt
-	lr.args = append([]byte(nil), ev.Args...)
-	lr.explKey = ev.Key
 	lr.until, lr.due, lr.count = until, d.DueAt, d.Events
 	close(lr.opening)
 	lr.opening = nil
+	c.local.ensureFlusher(c) // it sweeps the entry when its time is over
 }
 
 // settle gives up an opener's entry (the Redis answer cannot be joined
@@ -358,7 +380,7 @@ func (c *Coalescer) localUntil(p *compiled, d Decision, r reply) (int64, bool) {
 // forget drops what this process knows of a key's round (it was taken or
 // cancelled here); events answered locally for it are still flushed, and
 // submitted again if the round is gone.
-func (c *Coalescer) forget(jobType string, key RoundKey) {
+func (c *Coalescer) forget(jobType string, key RoundKey, token Token) {
 	if c.local == nil {
 		return
 	}
@@ -368,7 +390,7 @@ func (c *Coalescer) forget(jobType string, key RoundKey) {
 	}
 	sh := c.local.shard(key)
 	sh.mu.Lock()
-	if lr := sh.m[localKey{p, key}]; lr != nil && lr.opening == nil {
+	if lr := sh.m[localKey{p, key}]; lr != nil && lr.opening == nil && lr.token == token {
 		lr.until = 0
 		if !lr.dirty {
 			c.dropLocked(sh, lr)

@@ -450,3 +450,60 @@ func TestSubmitPrepared(t *testing.T) {
 		}
 	})
 }
+
+// TestResubmittedEventsKeepTheirArgs: events answered locally whose round
+// was taken before their flush are submitted again with the args of the
+// first of them (payload first: the new round's job carries them), not the
+// args of the event that opened the round gone. Found by review: on 1c95d64
+// the new round's job carried {"k":1,"v":"a"}, and "b" reached no job.
+func TestResubmittedEventsKeepTheirArgs(t *testing.T) {
+	t.Parallel()
+	p := debounce.Policy{Type: "recompute", Mode: debounce.ModeDebounce, Window: 10 * time.Second, KeyFields: []string{"k"}}
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, p)
+		release := debounce.HoldFlushes(f.c)
+		defer release()
+		d1 := f.submit(t, p.Type, `{"k":1,"v":"a"}`)
+		d2 := f.submit(t, p.Type, `{"k":1,"v":"b"}`)
+		if d2.Round != d1.Round {
+			t.Fatal("not joined")
+		}
+		f.clock.Advance(10 * time.Second)
+		worker := f.other(t, p)
+		job := f.pub.distinct()[0]
+		if rel, err := worker.Start(context.Background(), job); err != nil || rel.Result != debounce.ReleaseReleased {
+			t.Fatalf("%+v %v", rel, err)
+		}
+		f.flush(t)
+		jobs := f.pub.distinct()
+		if len(jobs) != 2 {
+			t.Fatalf("jobs %d", len(jobs))
+		}
+		if string(jobs[1].Args) != `{"k":1,"v":"b"}` {
+			t.Errorf("payload of the resubmitted event lost: job args %s", jobs[1].Args)
+		}
+	})
+}
+
+// TestRoundsWithoutLocalJoinsAreForgotten: rounds learned by their openers
+// that no event joined locally are forgotten once their local time is over,
+// so new keys are joined locally again (the table is bounded by
+// MaxLocalRounds). Found by review: on 1c95d64 only a flush started the
+// sweep, and a full table of stale entries stopped local joins for good.
+func TestRoundsWithoutLocalJoinsAreForgotten(t *testing.T) {
+	t.Parallel()
+	p := debounce.Policy{Type: "recompute", Mode: debounce.ModeDebounce, Window: 10 * time.Second, KeyFields: []string{"k"}}
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newFixtureWith(t, b, func(c *debounce.Config) { c.MaxLocalRounds = 3 }, p)
+		for k := range 3 {
+			f.submit(t, p.Type, `{"k":`+string(rune('1'+k))+`}`)
+		}
+		f.clock.Advance(time.Hour)
+		time.Sleep(2500 * time.Millisecond)
+		f.submit(t, p.Type, `{"k":9}`)
+		f.submit(t, p.Type, `{"k":9}`)
+		if st := f.c.LocalStats(); st.Joined == 0 {
+			t.Errorf("a new key is never joined locally: the table is full of stale entries")
+		}
+	})
+}

@@ -101,7 +101,7 @@ func (c *Coalescer) Start(ctx context.Context, job Job) (Release, error) {
 	}
 	rel, err := c.release(ctx, job, "take")
 	if err == nil && rel.Result == ReleaseReleased {
-		c.forget(job.Type, job.Key)
+		c.forget(job.Type, job.Key, job.Token)
 	}
 	if err == nil && rel.Starts == 0 && (rel.Result == ReleaseMissing || rel.Result == ReleaseStaleToken) {
 		// The round is gone (expired, lost with Redis's data, or another

@@ -154,6 +154,16 @@ func TestStoreDown(t *testing.T) {
 	if d, err := c.Submit(ctx, debounce.Event{Type: "closed", Args: json.RawMessage(`{"a":1}`)}); err != nil || d.Outcome != debounce.OutcomeCoalesced {
 		t.Fatalf("a known round's event with Redis down: %+v %v, want coalesced locally", d, err)
 	}
+	// Once a flush got no reply, nothing more is answered locally: the
+	// next event of that round goes to Redis, and fail closed refuses it.
+	fctx, fcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if err := c.Flush(fctx); err == nil {
+		t.Fatal("Flush with Redis down succeeded")
+	}
+	fcancel()
+	if _, err := c.Submit(ctx, debounce.Event{Type: "closed", Args: json.RawMessage(`{"a":1}`)}); !errors.Is(err, debounce.ErrStoreUnavailable) {
+		t.Fatalf("after a failed flush, a known round's event: %v, want ErrStoreUnavailable (to Redis, fail closed)", err)
+	}
 	d, err := c.Submit(ctx, debounce.Event{Type: "open", Args: json.RawMessage(`{"a":2}`)})
 	if err != nil || d.Outcome != debounce.OutcomeBypassed || d.Round != 0 {
 		t.Fatalf("fail open with Redis down: %+v %v, want bypassed", d, err)
@@ -169,8 +179,8 @@ func TestStoreDown(t *testing.T) {
 	if n := len(pub.all()) - before; n != 1 {
 		t.Errorf("fail closed published: %d jobs since Redis stopped, want 1 (the fail-open one)", n)
 	}
-	for _, mode := range []string{"open", "closed"} {
-		if n, ok := storeErrors.Load(mode); !ok || n.(*atomic.Int64).Load() != 1 {
+	for mode, want := range map[string]int64{"open": 1, "closed": 2} {
+		if n, ok := storeErrors.Load(mode); !ok || n.(*atomic.Int64).Load() != want {
 			t.Errorf("store errors counted for fail %s: %v", mode, n)
 		}
 	}
@@ -189,7 +199,7 @@ func TestStoreDown(t *testing.T) {
 	if err := c.Flush(fctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := c.LocalStats(); st.Resubmitted != 1 || st.Joined != 1 {
+	if st := c.LocalStats(); st.Resubmitted != 1 || st.Joined != 1 || st.FlushErrors == 0 {
 		t.Errorf("local stats %+v, want 1 joined, 1 submitted again", st)
 	}
 	var again []debounce.Job

@@ -127,7 +127,10 @@ func (c *Coalescer) Prepare(ev Event) (Prepared, error) {
 		return Prepared{ev: ev}, err
 	}
 	fp, key, item, err := c.identify(p, ev)
-	return Prepared{ev: ev, p: p, fp: fp, key: key, item: item}, err
+	if err != nil {
+		return Prepared{ev: ev, fp: fp, key: key}, err // p nil: SubmitPrepared prepares it again
+	}
+	return Prepared{ev: ev, p: p, fp: fp, key: key, item: item}, nil
 }
 
 // SubmitPrepared is Submit for an event Prepare accepted (an event prepared
@@ -170,7 +173,7 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (Decision, 
 	}
 	var opener *localRound // this caller asks Redis for the others of this process
 	if p.local {
-		ld, ok, op := c.joinLocal(ctx, p, key, now)
+		ld, ok, op := c.joinLocal(ctx, p, key, ev, now)
 		if ok {
 			ld.Type, ld.Key, ld.Fingerprint = d.Type, key, fp
 			return ld, nil
@@ -211,7 +214,7 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (Decision, 
 		d.DueAt = r.due
 		d, err = c.publishOpened(ctx, p, d, job, r)
 		if err == nil && opener != nil {
-			c.learn(opener, p, ev, d, r, now)
+			c.learn(opener, p, d, r, now)
 			opener = nil
 		}
 		return d, err
@@ -252,7 +255,7 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (Decision, 
 		c.noteIfOverdue(ctx, p, job, now)
 	}
 	if opener != nil {
-		c.learn(opener, p, ev, d, r, now)
+		c.learn(opener, p, d, r, now)
 		opener = nil
 	}
 	return d, nil

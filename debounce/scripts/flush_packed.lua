@@ -6,7 +6,7 @@
 --
 -- KEYS[i] -> the i-th round key (or throttle window key), for i up to #KEYS-1
 -- KEYS[#KEYS] -> this flush's marker (the first round's hash tag): it keeps
---            the reply for a minute, so that a flush sent again because its
+--            the reply for 30 s (the next flush deletes it), so that a flush sent again because its
 --            reply was lost gets the same reply and applies nothing twice
 -- ARGV: four per key, those of KEYS[i] at 4i-3 to 4i: the round's expiry
 --       (unix ms), its random bits, the events to add, and the latest of
@@ -56,5 +56,5 @@ for i = 1, #KEYS - 1 do
     out[i] = count + add
   end
 end
-redis.call('SET', marker, cjson.encode(out), 'PX', 60000)
+redis.call('SET', marker, cjson.encode(out), 'PX', 30000)
 return out

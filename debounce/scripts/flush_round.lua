@@ -7,7 +7,7 @@
 --
 -- KEYS[i] -> the i-th round key (hash), for i up to #KEYS-1
 -- KEYS[#KEYS] -> this flush's marker (the first round's hash tag): it keeps
---            the reply for a minute, so that a flush sent again because its
+--            the reply for 30 s (the next flush deletes it), so that a flush sent again because its
 --            reply was lost gets the same reply and applies nothing twice
 -- ARGV: five per key, those of KEYS[i] at 5i-4 to 5i: the round's token
 --       (decimal), the events to add, the latest of them (unix ms), the
@@ -45,5 +45,5 @@ for i = 1, #KEYS - 1 do
     out[2 * i - 1], out[2 * i] = count, d
   end
 end
-redis.call('SET', marker, cjson.encode(out), 'PX', 60000)
+redis.call('SET', marker, cjson.encode(out), 'PX', 30000)
 return out
