@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // lossCause names the documented cause of data lost in a round alive over
@@ -133,13 +134,21 @@ func checkPayloads(in Input, r *Result, byRound map[string][]JobStart, rounds ma
 			r.CountExact++
 		case first.Events > acc:
 			possible := 0
+			// Requests applied while the round was open: it opened at its
+			// job's OpenedAt, which may be long before the first decision
+			// carrying it (an opener whose answer was lost leaves it
+			// unpublished until a later event publishes it).
+			open := rd.lo
+			if o := first.OpenedAt * int64(time.Millisecond); o > 0 && o < open {
+				open = o
+			}
 			for _, sent := range unanswered[typ+"/"+evs[0].Tenant] {
-				if sent >= rd.lo-int64(30e9) && sent < first.At {
+				if sent >= open-int64(30e9) && sent < first.At {
 					possible++
 				}
 			}
 			for _, rs := range in.Resubmitted {
-				if rs.Type == typ && rs.Key == evs[0].Key && rs.At >= rd.lo-int64(30e9) && rs.At < first.At {
+				if rs.Type == typ && rs.Key == evs[0].Key && rs.At >= open-int64(30e9) && rs.At < first.At {
 					possible += rs.Events
 				}
 			}
