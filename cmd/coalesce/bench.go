@@ -181,8 +181,9 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		if err != nil {
 			return err
 		}
-		co, err = debounce.New(debounce.Config{Redis: conns.Redis, Publisher: pub, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix,
-			LocalJoins: cfg.Local.Mode, FlushInterval: cfg.Local.FlushInterval, ClockSkew: cfg.Local.ClockSkew, MaxLocalRounds: cfg.Local.MaxRounds})
+		dcfg := debounce.Config{Redis: conns.Redis, Publisher: pub, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix}
+		cfg.Local.Apply(&dcfg)
+		co, err = debounce.New(dcfg)
 		if err != nil {
 			return err
 		}

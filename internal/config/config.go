@@ -196,6 +196,11 @@ type LocalJoins struct {
 	MaxRounds     int                 `yaml:"max_rounds"`     // default debounce.DefaultMaxLocalRounds
 }
 
+// Apply sets these settings on a Coalescer's configuration.
+func (l LocalJoins) Apply(c *debounce.Config) {
+	c.LocalJoins, c.FlushInterval, c.ClockSkew, c.MaxLocalRounds = l.Mode, l.FlushInterval, l.ClockSkew, l.MaxRounds
+}
+
 // Outbox turns on the relay of a Postgres transactional outbox (package
 // outbox): rows producers commit to coalesce_outbox are submitted through
 // the policies, at least once. Zero values take the outbox package's

@@ -237,8 +237,8 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	if c.Publisher, err = publisher.New(ctx, c.JetStream, pcfg); err != nil {
 		return fail(fmt.Errorf("nats: %w", err))
 	}
-	dcfg := debounce.Config{Redis: c.Redis, Publisher: c.Publisher, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix, Logger: log,
-		LocalJoins: cfg.Local.Mode, FlushInterval: cfg.Local.FlushInterval, ClockSkew: cfg.Local.ClockSkew, MaxLocalRounds: cfg.Local.MaxRounds}
+	dcfg := debounce.Config{Redis: c.Redis, Publisher: c.Publisher, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix, Logger: log}
+	cfg.Local.Apply(&dcfg)
 	if m != nil {
 		dcfg.Hooks = m.DebounceHooks()
 	}

@@ -88,8 +88,8 @@ func StartOutbox(ctx context.Context, cfg *config.Config, c *Conns, m *Metrics, 
 		return fail(fmt.Errorf("outbox.postgres: %s: %w", where, err))
 	}
 	dcfg := debounce.Config{Redis: c.Redis, Publisher: c.Publisher, Policies: outbox.FailClosed(cfg.Policies),
-		Prefix: cfg.Redis.Prefix, Logger: log,
-		LocalJoins: cfg.Local.Mode, FlushInterval: cfg.Local.FlushInterval, ClockSkew: cfg.Local.ClockSkew, MaxLocalRounds: cfg.Local.MaxRounds}
+		Prefix: cfg.Redis.Prefix, Logger: log}
+	cfg.Local.Apply(&dcfg)
 	if m != nil {
 		dcfg.Hooks = m.DebounceHooks()
 	}
