@@ -396,11 +396,7 @@ func (c *Coalescer) applyFlush(f flushed, count, due int64) {
 	sh.mu.Lock()
 	lr.flushing -= f.n
 	if count < 0 {
-		lr.gone = true
-		if sh.m[lr.lk] == lr {
-			delete(sh.m, lr.lk)
-			ls.rounds.Add(-1)
-		}
+		c.dropLocked(sh, lr)
 		sh.mu.Unlock()
 		ls.qmu.Lock()
 		ls.retry = append(ls.retry, resubmission{lr: lr, n: f.n, first: f.first})
@@ -461,10 +457,9 @@ func (c *Coalescer) sweepLocal(nowMs int64) {
 	for i := range ls.shards {
 		sh := &ls.shards[i]
 		sh.mu.Lock()
-		for k, lr := range sh.m {
+		for _, lr := range sh.m {
 			if lr.opening == nil && !lr.dirty && nowMs >= max(lr.until, lr.bypass) {
-				delete(sh.m, k)
-				ls.rounds.Add(-1)
+				c.dropLocked(sh, lr) // deleting the current entry is safe in a range
 			}
 		}
 		sh.mu.Unlock()

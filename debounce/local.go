@@ -336,8 +336,9 @@ func (c *Coalescer) settle(lr *localRound) {
 	sh.mu.Unlock()
 }
 
-// dropLocked removes an entry that is still opening (its waiters wake) or
-// has nothing pending.
+// dropLocked removes an entry from its shard and marks it gone (its
+// waiters wake if it was still opening); events it still has pending are
+// flushed all the same (and submitted again, the round gone).
 func (c *Coalescer) dropLocked(sh *localShard, lr *localRound) {
 	if lr.opening != nil {
 		close(lr.opening)
