@@ -24,12 +24,46 @@ const DefaultPipelines = 4
 const maxBatch = 256
 
 type call struct {
-	ctx    context.Context
+	ctx context.Context
+	scriptCall
+	done chan struct{}
+}
+
+// scriptCall is one script call sent in a pipeline.
+type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
-	done   chan struct{}
+}
+
+// evalPipelined sends the calls in one pipeline, with the commands extra
+// adds, then sends again with EVAL, in one more pipeline, the calls whose
+// script the server did not have (NOSCRIPT: after a restart, or on a new
+// node). Each call's reply (or error) is in its cmd.
+func evalPipelined(ctx context.Context, rdb redis.UniversalClient, calls []*scriptCall, extra func(redis.Pipeliner)) {
+	pipe := rdb.Pipeline()
+	for _, c := range calls {
+		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	if extra != nil {
+		extra(pipe)
+	}
+	_, _ = pipe.Exec(ctx)
+	var retry []*scriptCall
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			retry = append(retry, c)
+		}
+	}
+	if len(retry) == 0 {
+		return
+	}
+	pipe = rdb.Pipeline()
+	for _, c := range retry {
+		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx)
 }
 
 // batcher's senders start when calls wait and no sender is free, and stop
@@ -57,7 +91,7 @@ func (b *batcher) eval(ctx context.Context, script *redis.Script, keys []string,
 	if b.inflight.Add(1) == 1 {
 		return script.Run(ctx, b.rdb, keys, args...)
 	}
-	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{}, 1)}
+	c := &call{ctx: ctx, scriptCall: scriptCall{script: script, keys: keys, args: args}, done: make(chan struct{}, 1)}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -111,46 +145,26 @@ func (b *batcher) send() {
 	}
 }
 
-// run sends one pipeline; calls whose script is not loaded yet (NOSCRIPT,
-// after a restart or on a new node) are sent again with EVAL.
+// run sends one pipeline (evalPipelined) of the calls still waited for.
 func (b *batcher) run(batch []*call) {
 	ctx := context.Background()
 	if len(batch) == 1 {
 		ctx = batch[0].ctx // a lone call keeps its deadline
 	}
-	pipe := b.rdb.Pipeline()
-	live := batch[:0:0]
+	live := make([]*scriptCall, 0, len(batch))
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.cmd = redis.NewCmd(c.ctx)
 			c.cmd.SetErr(err) // gave up while queued: not sent
-			c.done <- struct{}{}
 			continue
 		}
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
-		live = append(live, c)
+		live = append(live, &c.scriptCall)
 	}
-	if len(live) == 0 {
-		return
+	if len(live) > 0 {
+		evalPipelined(ctx, b.rdb, live, nil)
 	}
-	_, _ = pipe.Exec(ctx)
-	var retry []*call
-	for _, c := range live {
-		if isNoScript(c.cmd.Err()) {
-			retry = append(retry, c)
-			continue
-		}
+	for _, c := range batch {
 		c.done <- struct{}{}
-	}
-	if len(retry) > 0 {
-		pipe = b.rdb.Pipeline()
-		for _, c := range retry {
-			c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
-		}
-		_, _ = pipe.Exec(ctx)
-		for _, c := range retry {
-			c.done <- struct{}{}
-		}
 	}
 }
 

@@ -150,11 +150,9 @@ type resubmission struct {
 // the call's marker (last key), and its arguments. A call whose reply did
 // not come is sent again as it is: the marker makes it apply once.
 type flushCall struct {
+	scriptCall
 	hash   bool
 	rounds []flushed
-	keys   []string
-	args   []any
-	cmd    *redis.Cmd
 }
 
 // assistAfter: a queue older than this many flush intervals is late.
@@ -270,14 +268,15 @@ func (c *Coalescer) flushLocked(ctx context.Context) error {
 
 // flushCalls groups one layout's rounds by Cluster slot into script calls.
 func (c *Coalescer) flushCalls(calls []*flushCall, rounds []flushed, hash bool) []*flushCall {
-	per := 4
+	script, per := flushPackedScript, 4
 	if hash {
-		per = 5
+		script, per = flushRoundScript, 5
 	}
 	for _, g := range c.slotGroups(rounds) {
 		for len(g) > 0 {
 			n := min(len(g), flushChunk)
-			fc := &flushCall{hash: hash, rounds: g[:n], keys: make([]string, 0, n+1), args: make([]any, 0, n*per)}
+			fc := &flushCall{hash: hash, rounds: g[:n]}
+			fc.script, fc.keys, fc.args = script, make([]string, 0, n+1), make([]any, 0, n*per)
 			for _, f := range fc.rounds {
 				fc.keys = append(fc.keys, f.lr.rkey)
 				fc.args = c.appendFlushArgs(fc.args, f, hash)
@@ -294,39 +293,21 @@ func (c *Coalescer) flushCalls(calls []*flushCall, rounds []flushed, hash bool) 
 // Calls that got no reply (Redis down, the reply lost) are kept to be sent
 // again, unchanged, by the next flush.
 func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
-	script := func(fc *flushCall) *redis.Script {
-		if fc.hash {
-			return flushRoundScript
-		}
-		return flushPackedScript
-	}
 	start := time.Now()
-	pipe := c.rdb.Pipeline()
-	for _, fc := range calls {
-		fc.cmd = script(fc).EvalSha(ctx, pipe, fc.keys, fc.args...)
-	}
-	// The markers of calls answered before: no longer needed.
+	// The markers of calls answered before go with these: no longer needed.
 	c.local.qmu.Lock()
 	acked := c.local.acked
 	c.local.acked = nil
 	c.local.qmu.Unlock()
-	for _, m := range acked {
-		pipe.Unlink(ctx, m)
+	sc := make([]*scriptCall, len(calls))
+	for i, fc := range calls {
+		sc[i] = &fc.scriptCall
 	}
-	_, _ = pipe.Exec(ctx)
-	var reload []*flushCall
-	for _, fc := range calls {
-		if isNoScript(fc.cmd.Err()) {
-			reload = append(reload, fc)
+	evalPipelined(ctx, c.rdb, sc, func(pipe redis.Pipeliner) {
+		for _, m := range acked {
+			pipe.Unlink(ctx, m)
 		}
-	}
-	if len(reload) > 0 {
-		pipe = c.rdb.Pipeline()
-		for _, fc := range reload {
-			fc.cmd = script(fc).Eval(ctx, pipe, fc.keys, fc.args...)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
+	})
 	c.local.flushes.Add(1)
 	c.local.flushNanos.Add(int64(time.Since(start)))
 	var firstErr error
