@@ -16,18 +16,13 @@ import (
 	"github.com/coalesce-io/coalesce/fingerprint"
 )
 
-// Submit decides what to do with one event in one Redis round trip: open a
-// round (and publish it), join the pending one, or drop it by design. The
-// outcome is in the Decision; an error means the event was not accepted:
-// ErrInvalidEvent, ErrNoPolicy, ErrJobTooLarge, ErrStoreUnavailable (fail
-// closed), ErrPublish, or the context's error.
+// Submit decides what to do with one event, in one Redis round trip or
+// none (a local join): open a round (and publish it), join the pending one,
+// or drop it by design. The outcome is in the Decision; an error means the
+// event was not accepted: ErrInvalidEvent, ErrNoPolicy, ErrJobTooLarge,
+// ErrStoreUnavailable (fail closed), ErrPublish, or the context's error.
 func (c *Coalescer) Submit(ctx context.Context, ev Event) (Decision, error) {
-	start := time.Now()
-	d, err := c.submit(ctx, ev)
-	if c.hooks.Decision != nil {
-		c.hooks.Decision(ev.Type, d, err, time.Since(start))
-	}
-	return d, err
+	return c.SubmitPrepared(ctx, Prepared{ev: ev}) // not prepared: prepared there
 }
 
 // policyFor is jobType's policy; for a type without one, an *EventError
