@@ -147,6 +147,13 @@ type Ingest struct {
 type HTTP struct {
 	Listen string   `yaml:"listen"` // host:port, default DefaultHTTPListen
 	Tokens []string `yaml:"tokens"` // bearer tokens; empty means no authentication
+	// ReadTokens are bearer tokens that may read everything (GET routes,
+	// explain, the dashboard's pages) and change nothing: a request with
+	// one on a route that acts is refused with 403 read_only.
+	ReadTokens []string `yaml:"read_tokens"`
+	// UI serves the web dashboard at /ui/: UIAuto (default) serves it when
+	// the daemon runs on its embedded servers, UIOn and UIOff always.
+	UI string `yaml:"ui"`
 	// PublicMetrics serves /metrics without a token even when Tokens are
 	// set; by default /metrics takes one whenever the API does.
 	PublicMetrics bool `yaml:"public_metrics"`
@@ -155,6 +162,18 @@ type HTTP struct {
 	BodyLimit    int64         `yaml:"body_limit,size"`
 	ReadTimeout  time.Duration `yaml:"read_timeout"`
 	WriteTimeout time.Duration `yaml:"write_timeout"`
+}
+
+// Values of http.ui.
+const (
+	UIAuto = "auto" // on with the embedded servers, off otherwise
+	UIOn   = "on"
+	UIOff  = "off"
+)
+
+// ServesUI reports whether the daemon serves the web dashboard at /ui/.
+func (c *Config) ServesUI() bool {
+	return c.HTTP.UI == UIOn || c.HTTP.UI == UIAuto && c.UsesEmbedded()
 }
 
 // Embedded configures the in-process NATS and Redis run when neither Redis
@@ -286,6 +305,7 @@ func defaults() *Config {
 		},
 		HTTP: HTTP{
 			Listen:       DefaultHTTPListen,
+			UI:           UIAuto,
 			BodyLimit:    DefaultBodyLimit,
 			ReadTimeout:  DefaultReadTimeout,
 			WriteTimeout: DefaultWriteTimeout,

@@ -157,7 +157,7 @@ func TestLoadDefaults(t *testing.T) {
 		Redis: Redis{Prefix: "c", Eviction: "warn", Persistence: "warn"},
 		NATS: NATS{Stream: "COALESCE", Prefix: "co", Replicas: 1, Storage: "file", MaxAge: 7 * 24 * time.Hour,
 			Ingest: Ingest{Subjects: true, Stream: "COALESCE_INGEST"}},
-		HTTP:     HTTP{Listen: "127.0.0.1:8080", BodyLimit: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second},
+		HTTP:     HTTP{Listen: "127.0.0.1:8080", UI: UIAuto, BodyLimit: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second},
 		Embedded: Embedded{NATSListen: "127.0.0.1:4222", RedisListen: "127.0.0.1:6379", DataDir: "./coalesce-data"},
 	}
 	tests := []struct {
@@ -279,7 +279,7 @@ worker:
 		NATS: NATS{URLs: []string{"nats://a:4222", "tls://b:4222"}, User: "app", Password: "secret",
 			TLS: tlsBlock, Stream: "JOBS", Prefix: "acme.co", Replicas: 3, Storage: "memory", MaxAge: 72 * time.Hour,
 			Ingest: Ingest{Subjects: false, Durable: true, Stream: "INTAKE"}},
-		HTTP: HTTP{Listen: ":9090", Tokens: []string{"t1", "t2"}, BodyLimit: 512 << 10,
+		HTTP: HTTP{Listen: ":9090", Tokens: []string{"t1", "t2"}, UI: UIAuto, BodyLimit: 512 << 10,
 			ReadTimeout: 5 * time.Second, WriteTimeout: time.Minute},
 		Embedded: Embedded{NATSListen: "127.0.0.1:0", RedisListen: "[::1]:6380", DataDir: "/var/lib/coalesce"},
 		Policies: []debounce.Policy{
@@ -426,7 +426,7 @@ func TestLoadRefuses(t *testing.T) {
 		{"unknown nested key", "nats:\n  ingest:\n    durabel: true\n",
 			nil, `FILE:3: nats.ingest.durabel: unknown key (known: request_reply, durable, stream)`},
 		{"odd key is quoted", "http:\n  \"list en\": x\n",
-			nil, `FILE:2: http."list en": unknown key (known: listen, tokens, public_metrics, body_limit, read_timeout, write_timeout)`},
+			nil, `FILE:2: http."list en": unknown key (known: listen, tokens, read_tokens, ui, public_metrics, body_limit, read_timeout, write_timeout)`},
 		{"duplicate key", "http:\n  listen: :8080\n  listen: :9090\n",
 			nil, `FILE:3: http.listen: mapping key "listen" already defined at line 2`},
 		{"duplicate policy", "policies:\n  a: {mode: dedup}\n  a: {mode: dedup}\n",
@@ -631,6 +631,14 @@ func TestLoadRefuses(t *testing.T) {
 			`COALESCE_NATS_PASSWORD: nats.password: needs nats.user`},
 		{"env token", "", map[string]string{"COALESCE_HTTP_TOKENS": "a b"},
 			`COALESCE_HTTP_TOKENS: http.tokens[0]: holds whitespace or control characters`},
+		{"read token also a write token", "http:\n  tokens: [a]\n  read_tokens: [r, a]\n", nil,
+			`FILE:3: http.read_tokens[1]: is also in http.tokens; a token is either read-only or not`},
+		{"read tokens alone", "http:\n  read_tokens: [r]\n", nil,
+			`FILE:2: http.read_tokens: read-only tokens without http.tokens would leave the API open to anyone without a token; set http.tokens too`},
+		{"env read token", "http:\n  tokens: [a]\n", map[string]string{"COALESCE_HTTP_READ_TOKENS": "r,a"},
+			`COALESCE_HTTP_READ_TOKENS: http.read_tokens[1]: is also in http.tokens; a token is either read-only or not`},
+		{"ui value", "http:\n  ui: yes\n", nil,
+			`FILE:2: http.ui: "yes": use auto (the dashboard at /ui/ with the embedded servers only), on or off`},
 		// A list variable that is set must list something: a blank one
 		// once dropped the file's tokens and turned authentication off.
 		{"env tokens blank", "http:\n  tokens: [secret]\n", map[string]string{"COALESCE_HTTP_TOKENS": " "},
@@ -834,7 +842,7 @@ func TestEnvVars(t *testing.T) {
 	}
 	want := []string{"COALESCE_REDIS_URL", "COALESCE_REDIS_ADDRS", "COALESCE_REDIS_USERNAME", "COALESCE_REDIS_PASSWORD",
 		"COALESCE_NATS_URL", "COALESCE_NATS_CREDS", "COALESCE_NATS_NKEY", "COALESCE_NATS_USER", "COALESCE_NATS_PASSWORD",
-		"COALESCE_NATS_TOKEN", "COALESCE_HTTP_TOKENS", "COALESCE_OUTBOX_POSTGRES"}
+		"COALESCE_NATS_TOKEN", "COALESCE_HTTP_TOKENS", "COALESCE_HTTP_READ_TOKENS", "COALESCE_OUTBOX_POSTGRES"}
 	if !reflect.DeepEqual(names, want) {
 		t.Errorf("EnvVars names = %q, want %q", names, want)
 	}
@@ -920,7 +928,7 @@ func TestKnownKeysInOrder(t *testing.T) {
 		{"tls", d.tagged(&c.Redis.TLS), "enabled, ca_file, cert_file, key_file, insecure_skip_verify"},
 		{"nats", d.tagged(&c.NATS), "url, urls, creds_file, nkey_file, user, password, token, tls, stream, prefix, replicas, storage, max_age, ingest"},
 		{"nats.ingest", d.tagged(&c.NATS.Ingest), "request_reply, durable, stream"},
-		{"http", d.tagged(&c.HTTP), "listen, tokens, public_metrics, body_limit, read_timeout, write_timeout"},
+		{"http", d.tagged(&c.HTTP), "listen, tokens, read_tokens, ui, public_metrics, body_limit, read_timeout, write_timeout"},
 		{"embedded", d.tagged(&c.Embedded), "nats_listen, redis_listen, data_dir"},
 		{"policies.*", d.tagged(&p), "mode, window, ttl, extend, max_wait, payload, max_items, item_field, key_fields, until, trailing, fail, exclusive, lease, local_joins"},
 		{"local_joins", d.tagged(&c.Local), "mode, flush_interval, clock_skew, max_rounds"},

@@ -46,6 +46,8 @@ func envOverrides() []envOverride {
 			"nats.token", func(c *Config, v string) { c.NATS.Token = v }},
 		{EnvVar{"COALESCE_HTTP_TOKENS", "comma-separated HTTP bearer tokens; replaces http.tokens"},
 			"http.tokens", func(c *Config, v string) { c.HTTP.Tokens = splitList(v) }},
+		{EnvVar{"COALESCE_HTTP_READ_TOKENS", "comma-separated read-only HTTP bearer tokens; replaces http.read_tokens"},
+			"http.read_tokens", func(c *Config, v string) { c.HTTP.ReadTokens = splitList(v) }},
 		{EnvVar{"COALESCE_OUTBOX_POSTGRES", "Postgres URL of the transactional outbox to relay; replaces outbox.postgres"},
 			"outbox.postgres", func(c *Config, v string) { c.Outbox.Postgres = v }},
 	}
@@ -68,6 +70,7 @@ func envOverrides() []envOverride {
 //	COALESCE_NATS_PASSWORD   nats.password
 //	COALESCE_NATS_TOKEN      nats.token
 //	COALESCE_HTTP_TOKENS     comma-separated http.tokens
+//	COALESCE_HTTP_READ_TOKENS comma-separated http.read_tokens
 //	COALESCE_OUTBOX_POSTGRES outbox.postgres
 func EnvVars() []EnvVar {
 	overrides := envOverrides()

@@ -279,14 +279,33 @@ func (d *decoder) validateHTTP(c *Config) error {
 	if msg := checkHostPort(h.Listen, true, true); msg != "" {
 		return d.pathErr("http.listen", nil, "%s is not host:port (e.g. 127.0.0.1:8080 or :8080): %s", quote(h.Listen), msg)
 	}
-	for i, t := range h.Tokens {
-		p := d.item("http.tokens", i)
-		switch {
-		case t == "":
-			return d.pathErr(p, nil, "empty; remove it or give a token")
-		case strings.IndexFunc(t, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0:
-			return d.pathErr(p, nil, "holds whitespace or control characters")
+	write := map[string]bool{}
+	for _, list := range []struct {
+		key    string
+		tokens []string
+	}{{"http.tokens", h.Tokens}, {"http.read_tokens", h.ReadTokens}} {
+		for i, t := range list.tokens {
+			p := d.item(list.key, i)
+			switch {
+			case t == "":
+				return d.pathErr(p, nil, "empty; remove it or give a token")
+			case strings.IndexFunc(t, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0:
+				return d.pathErr(p, nil, "holds whitespace or control characters")
+			case list.key == "http.read_tokens" && write[t]:
+				return d.pathErr(p, nil, "is also in http.tokens; a token is either read-only or not")
+			}
+			if list.key == "http.tokens" {
+				write[t] = true
+			}
 		}
+	}
+	if len(h.ReadTokens) > 0 && len(h.Tokens) == 0 {
+		return d.pathErr("http.read_tokens", nil, "read-only tokens without http.tokens would leave the API open to anyone without a token; set http.tokens too")
+	}
+	switch h.UI {
+	case UIAuto, UIOn, UIOff:
+	default:
+		return d.pathErr("http.ui", nil, "%s: use auto (the dashboard at /ui/ with the embedded servers only), on or off", quote(h.UI))
 	}
 	if h.BodyLimit <= 0 {
 		return d.pathErr("http.body_limit", nil, "must be more than 0")
