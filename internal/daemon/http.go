@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/fingerprint"
+	"github.com/coalesce-io/coalesce/internal/access"
 	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/publisher"
 )
@@ -51,6 +50,8 @@ type APIConfig struct {
 	Dead      *admin.Dead          // serves /v1/dead; nil: not served
 	Ready     func(ctx context.Context) map[string]error
 	Tokens    []string // bearer tokens; empty: no authentication
+	// ReadTokens may read (GET, explain) and not act (403 read_only).
+	ReadTokens []string
 	BodyLimit int64    // DefaultBodyLimit
 	// BatchParallel bounds the decisions of one batch request in flight.
 	BatchParallel int
@@ -75,7 +76,7 @@ type APIConfig struct {
 // API serves HTTP API v1.
 type API struct {
 	cfg     APIConfig
-	tokens  [][sha256.Size]byte
+	access  *access.Tokens
 	log     *slog.Logger
 	batches chan struct{} // a slot per batch in progress
 }
@@ -95,11 +96,7 @@ func NewAPI(cfg APIConfig) *API {
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
-	for _, t := range cfg.Tokens {
-		if t = strings.TrimSpace(t); t != "" { // an empty token would let an empty Bearer in
-			a.tokens = append(a.tokens, sha256.Sum256([]byte(t)))
-		}
-	}
+	a.access = access.New(cfg.Tokens, cfg.ReadTokens)
 	return a
 }
 
@@ -135,11 +132,10 @@ func (a *API) Handler() http.Handler {
 			case !slices.Contains(methods, r.Method):
 				sw.Header().Set("Allow", strings.Join(methods, ", "))
 				e = errf(http.StatusMethodNotAllowed, "method_not_allowed", "", "%s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))
-			case auth && !a.authorized(r):
-				sw.Header().Set("WWW-Authenticate", `Bearer realm="coalesce"`)
-				e = errf(http.StatusUnauthorized, "unauthorized", "", "missing or wrong bearer token: send Authorization: Bearer <token>")
 			default:
-				e = h(sw, r)
+				if e = a.allow(sw, r, name, auth); e == nil {
+					e = h(sw, r)
+				}
 			}
 			if e != nil {
 				writeJSON(sw, e.status, errorBody{e})
@@ -201,23 +197,7 @@ func (w *statusWriter) Flush() {
 }
 
 func (a *API) authorized(r *http.Request) bool {
-	if len(a.tokens) == 0 {
-		return true
-	}
-	auth := r.Header.Get("Authorization")
-	if len(auth) < 7 || !strings.EqualFold(auth[:7], "Bearer ") {
-		return false
-	}
-	tok := strings.TrimSpace(auth[7:])
-	if tok == "" {
-		return false
-	}
-	sum := sha256.Sum256([]byte(tok))
-	match := 0
-	for _, t := range a.tokens {
-		match |= subtle.ConstantTimeCompare(sum[:], t[:])
-	}
-	return match == 1
+	return a.access.Bearer(r) >= access.Read
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
