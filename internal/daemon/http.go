@@ -52,7 +52,7 @@ type APIConfig struct {
 	Tokens    []string // bearer tokens; empty: no authentication
 	// ReadTokens may read (GET, explain) and not act (403 read_only).
 	ReadTokens []string
-	BodyLimit int64    // DefaultBodyLimit
+	BodyLimit  int64 // DefaultBodyLimit
 	// BatchParallel bounds the decisions of one batch request in flight.
 	BatchParallel int
 	// Batches bounds the batch requests in progress (DefaultBatches); more
