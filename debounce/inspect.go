@@ -59,28 +59,57 @@ func (c *Coalescer) inspectKey(ctx context.Context, p *compiled, key RoundKey, k
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, err)
 	}
+	var st storedRound
+	st.typ, st.expMs = typ.Val(), int64(exp.Val()/time.Millisecond)
+	var err error
+	switch st.typ {
+	case "string":
+		st.value, err = c.rdb.Get(ctx, k).Uint64()
+	case "hash":
+		st.fields, err = c.rdb.HGetAll(ctx, k).Result()
+	}
+	if errors.Is(err, redis.Nil) {
+		return Round{}, false, nil // expired just now
+	}
+	if err != nil {
+		return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, err)
+	}
+	r, found, derr := p.decodeRound(key, window, st)
+	if derr != nil {
+		return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, derr)
+	}
+	return r, found, nil
+}
+
+// storedRound is what Redis holds at a round's key: its type, expiry, and
+// its value (packed) or fields (hash).
+type storedRound struct {
+	typ    string
+	expMs  int64
+	value  uint64
+	fields map[string]string
+}
+
+// decodeRound reads a round of the policy from what its key holds; found is
+// false when the key holds nothing (or expired between the reads).
+func (p *compiled) decodeRound(key RoundKey, window bool, st storedRound) (Round, bool, error) {
 	r := Round{Type: p.Type, Key: key, Window: window}
-	expMs := int64(exp.Val() / time.Millisecond)
-	r.ExpiresAt = msTime(expMs)
-	switch typ.Val() {
+	r.ExpiresAt = msTime(st.expMs)
+	switch st.typ {
 	case "none":
 		return Round{}, false, nil
 	case "string":
-		raw, err := c.rdb.Get(ctx, k).Uint64()
-		if errors.Is(err, redis.Nil) {
+		v := packed(st.value)
+		if v == 0 {
 			return Round{}, false, nil // expired just now
 		}
-		if err != nil {
-			return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, err)
-		}
-		v := packed(raw)
-		r.Token = packedToken(expMs, v.rnd())
+		r.Token = packedToken(st.expMs, v.rnd())
 		r.Events, r.Published = v.count(), v.published()
 		lifetime := p.lifetime()
 		if window {
 			lifetime = p.Window
 		}
-		r.LastSeen = v.lastSeen(expMs, lifetime)
+		r.LastSeen = v.lastSeen(st.expMs, lifetime)
 		switch {
 		case window:
 			r.FirstSeen = r.ExpiresAt.Add(-p.Window)
@@ -93,12 +122,9 @@ func (c *Coalescer) inspectKey(ctx context.Context, p *compiled, key RoundKey, k
 			}
 		}
 	case "hash":
-		fields, err := c.rdb.HGetAll(ctx, k).Result()
-		if err == nil && len(fields) == 0 {
+		fields := st.fields
+		if len(fields) == 0 {
 			return Round{}, false, nil // expired just now
-		}
-		if err != nil {
-			return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, err)
 		}
 		tok, _ := strconv.ParseUint(fields["t"], 10, 64)
 		r.Token = Token(tok)
@@ -112,7 +138,7 @@ func (c *Coalescer) inspectKey(ctx context.Context, p *compiled, key RoundKey, k
 			r.Payload = json.RawMessage(a)
 		}
 	default:
-		return Round{}, false, fmt.Errorf("%w: inspect %s %s: key holds a %s, not a round", ErrStoreUnavailable, p.Type, key, typ.Val())
+		return Round{}, false, fmt.Errorf("key holds a %s, not a round", st.typ)
 	}
 	return r, true, nil
 }
