@@ -515,7 +515,8 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 	if sum := got.Headers().Get(worker.HeaderSummary); !strings.Contains(sum, `"events":2`) || !strings.Contains(sum, `"payload":{"k":1,"v":2}`) {
 		t.Errorf("dead letter summary %q", sum)
 	}
-	if e := got.Headers().Get(worker.HeaderError); e != "boom 3" || got.Headers().Get(publisher.HeaderType) != "flaky" {
+	if e := got.Headers().Get(worker.HeaderError); e != "boom 3" || got.Headers().Get(publisher.HeaderType) != "flaky" ||
+		got.Headers().Get(worker.HeaderErrorCode) != worker.DeadAttempts {
 		t.Errorf("dead letter headers %v", got.Headers())
 	}
 	mu.Lock()

@@ -671,6 +671,7 @@ const (
 // deadLetter copies the message to the dead-letter subject with the reason,
 // then terminates it. If the copy fails the message is left for redelivery.
 func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType string, cause error, sum debounce.Summary, attempts int) bool {
+	code := deadCode(jobType, cause, attempts, w.cfg.MaxDeliver)
 	if jobType == "" {
 		jobType = msg.Headers().Get(publisher.HeaderType)
 		if jobType == "" {
@@ -690,6 +691,7 @@ func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType stri
 	}
 	dead.Header.Set(HeaderError, strings.ReplaceAll(reason, "\n", " "))
 	dead.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
+	dead.Header.Set(HeaderErrorCode, code)
 	if sum.Events > 0 {
 		if b, err := json.Marshal(sum); err == nil && len(b) <= 64<<10 {
 			dead.Header.Set(HeaderSummary, string(b))
