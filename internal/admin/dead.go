@@ -32,6 +32,7 @@ type DeadLetter struct {
 	Key      string            `json:"key,omitempty"`
 	Round    string            `json:"round,omitempty"`
 	Reason   string            `json:"reason"`
+	Code     string            `json:"code,omitempty"` // Coalesce-Error-Code: why (worker.Dead*, or the intake's error code)
 	Attempts int               `json:"attempts,omitempty"`
 	Stored   time.Time         `json:"stored"`
 	Age      string            `json:"age"`
@@ -119,8 +120,9 @@ func (d Dead) letter(m *jetstream.RawStreamMsg, full bool) DeadLetter {
 	if dl.Type == "" {
 		dl.Type = strings.TrimPrefix(m.Subject, d.deadPrefix())
 	}
+	dl.Code = h.Get(worker.HeaderErrorCode)
 	if dl.Reason == "" {
-		dl.Reason = h.Get("Coalesce-Error-Code") // an intake dead letter
+		dl.Reason = dl.Code // an intake dead letter
 	}
 	dl.Attempts, _ = strconv.Atoi(h.Get(worker.HeaderAttempts))
 	if dl.Attempts == 0 {

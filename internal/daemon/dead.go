@@ -10,21 +10,22 @@ import (
 
 // Dead-letter routes (README, "Dead letters"):
 //
-//	GET    /v1/dead?type=T[&round=R][&limit=N]   list, oldest first
-//	GET    /v1/dead/{seq}                        one, with headers and args
-//	POST   /v1/dead/{seq}/replay                 run it once more
-//	DELETE /v1/dead/{seq}                        purge one
-//	DELETE /v1/dead?type=T[&round=R]             purge a type's (a round's)
+//	GET    /v1/dead?type=T[&round=R][&code=C][&limit=N]   list, oldest first, and how many match
+//	GET    /v1/dead/{seq}                                 one, with headers and args
+//	POST   /v1/dead/{seq}/replay                          run it once more
+//	POST   /v1/dead:replay?type=T[&round=R][&code=C]      run every matching one once more
+//	DELETE /v1/dead/{seq}                                 purge one
+//	DELETE /v1/dead?type=T[&round=R][&code=C]             purge every matching one
 func (a *API) deadRoutes(route func(pattern, name string, methods []string, h func(http.ResponseWriter, *http.Request) *apiError, auth bool)) {
 	d := a.cfg.Dead
 	route("/v1/dead", "dead", []string{http.MethodGet, http.MethodDelete}, func(w http.ResponseWriter, r *http.Request) *apiError {
 		q := r.URL.Query()
-		typ, round := q.Get("type"), q.Get("round")
+		f := admin.DeadFilter{Type: q.Get("type"), Round: q.Get("round"), Code: q.Get("code")}
 		if r.Method == http.MethodDelete {
-			if typ == "" {
-				return errf(http.StatusBadRequest, "invalid_request", "type", "purging dead letters needs ?type= (and optionally &round=), or DELETE /v1/dead/{seq}")
+			if f.Type == "" {
+				return errf(http.StatusBadRequest, "invalid_request", "type", "purging dead letters needs ?type= (and optionally &round=, &code=), or DELETE /v1/dead/{seq}")
 			}
-			n, err := d.Purge(r.Context(), typ, round, 0)
+			n, err := d.PurgeMatching(r.Context(), f)
 			if err != nil {
 				return errf(http.StatusServiceUnavailable, "stream_unavailable", "", "purge: %v", err)
 			}
@@ -40,14 +41,25 @@ func (a *API) deadRoutes(route func(pattern, name string, methods []string, h fu
 			}
 			limit = n
 		}
-		letters, err := d.List(r.Context(), typ, round, limit)
+		letters, matching, codes, err := d.Match(r.Context(), f, limit)
 		if err != nil {
 			return errf(http.StatusServiceUnavailable, "stream_unavailable", "", "list: %v", err)
 		}
 		if letters == nil {
 			letters = []admin.DeadLetter{}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"dead_letters": letters})
+		writeJSON(w, http.StatusOK, map[string]any{"dead_letters": letters, "matching": matching, "codes": codes})
+		return nil
+	}, true)
+	route("/v1/dead:replay", "dead_replay_all", []string{http.MethodPost}, func(w http.ResponseWriter, r *http.Request) *apiError {
+		q := r.URL.Query()
+		f := admin.DeadFilter{Type: q.Get("type"), Round: q.Get("round"), Code: q.Get("code")}
+		n, err := d.ReplayMatching(r.Context(), f)
+		a.countDead("replayed", n)
+		if err != nil {
+			return errf(http.StatusServiceUnavailable, "stream_unavailable", "", "replayed %d, then: %v", n, err)
+		}
+		writeJSON(w, http.StatusOK, map[string]int{"replayed": n})
 		return nil
 	}, true)
 	one := func(w http.ResponseWriter, r *http.Request) *apiError {
