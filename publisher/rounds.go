@@ -41,6 +41,21 @@ const MaxRoundsPage = 500
 // whatever the number of rounds, and never reads the messages of other
 // types. Bypassed jobs (no round) are skipped.
 func (p *Publisher) Rounds(ctx context.Context, jobType string, after uint64, limit int) ([]RoundMessage, uint64, error) {
+	// <prefix>.*.<type>.*.* covers <prefix>.sched.<type>.<key>.<round>
+	// and <prefix>.run.<type>.<key>.<round>; subjects of other types have
+	// another number of tokens or another type (a type's dots count), and
+	// a dead letter of a type "<type>.x.y" is told apart by roundMessage.
+	return p.list(ctx, jobType, p.subjects.prefix()+".*."+jobType+".*.*", after, limit)
+}
+
+// Jobs is Rounds for the jobs alone (fired schedules and immediate jobs,
+// waiting for a worker or held by one), oldest first: the first ones not
+// taken are the most overdue.
+func (p *Publisher) Jobs(ctx context.Context, jobType string, after uint64, limit int) ([]RoundMessage, uint64, error) {
+	return p.list(ctx, jobType, p.subjects.Runs(jobType), after, limit)
+}
+
+func (p *Publisher) list(ctx context.Context, jobType, filter string, after uint64, limit int) ([]RoundMessage, uint64, error) {
 	if err := validateJobType(jobType); err != nil {
 		return nil, 0, err
 	}
@@ -50,11 +65,6 @@ func (p *Publisher) Rounds(ctx context.Context, jobType string, after uint64, li
 		ctx, cancel = context.WithTimeout(ctx, cmp.Or(p.js.Options().DefaultTimeout, 5*time.Second))
 		defer cancel()
 	}
-	// <prefix>.*.<type>.*.* covers <prefix>.sched.<type>.<key>.<round>
-	// and <prefix>.run.<type>.<key>.<round>; subjects of other types have
-	// another number of tokens or another type (a type's dots count), and
-	// a dead letter of a type "<type>.x.y" is told apart below.
-	filter := p.subjects.prefix() + ".*." + jobType + ".*.*"
 	var out []RoundMessage
 	seq := after + 1
 	if after == 0 {
@@ -77,7 +87,7 @@ func (p *Publisher) Rounds(ctx context.Context, jobType string, after uint64, li
 		case err != nil:
 			return nil, 0, fmt.Errorf("publisher: list the rounds of %s on stream %s: %w", jobType, p.cfg.Stream, err)
 		default:
-			if rm, ok := p.roundMessage(jobType, m); ok {
+			if rm, ok := p.roundMessage(jobType, m); ok && (!rm.Scheduled || filter != p.subjects.Runs(jobType)) {
 				out = append(out, rm)
 			}
 		}

@@ -121,3 +121,13 @@ func (d Dead) matchingSeqs(ctx context.Context, f DeadFilter) ([]uint64, error) 
 	})
 	return seqs, err
 }
+
+// CountByType counts the dead letters of every type.
+func (d Dead) CountByType(ctx context.Context) (map[string]int, error) {
+	out := map[string]int{}
+	err := d.scan(ctx, "", func(dl DeadLetter) error {
+		out[dl.Type]++
+		return nil
+	})
+	return out, err
+}
