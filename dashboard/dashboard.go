@@ -41,6 +41,9 @@ type Config struct {
 	// Recorder counts decisions and remembers recent rounds for the
 	// timelines (Recorder.Hooks on the Coalescer's Config). Optional.
 	Recorder *Recorder
+	// History remembers recent rounds for the timelines (nil: the
+	// Recorder's); whoever decides calls History.Decided.
+	History *History
 	// Outbox reports the Postgres outbox's backlog when a relay runs.
 	Outbox func(ctx context.Context) (OutboxState, error)
 	// SampleEvery is the charts' resolution (DefaultSampleEvery); they keep
@@ -85,6 +88,9 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	if cfg.Counters == nil && cfg.Recorder != nil {
 		cfg.Counters = cfg.Recorder.Counters
+	}
+	if cfg.History == nil && cfg.Recorder != nil {
+		cfg.History = cfg.Recorder.History
 	}
 	d := &Dashboard{cfg: cfg, access: access.New(cfg.Tokens, cfg.ReadTokens), log: cfg.Logger,
 		dead:  admin.Dead{JS: cfg.JetStream, Stream: cfg.Publisher.Stream(), Subjects: cfg.Publisher.Subjects()},

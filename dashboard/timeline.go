@@ -47,10 +47,7 @@ const timelineSees = "Rounds this daemon opened (the last 8 of a key, for its la
 
 // timeline builds a key's timeline and marks the key watched.
 func (d *Dashboard) timeline(ctx context.Context, typ string, key debounce.RoundKey, now time.Time) (Timeline, error) {
-	var hist *History
-	if d.cfg.Recorder != nil {
-		hist = d.cfg.Recorder.History
-	}
+	hist := d.cfg.History
 	hist.Watch(typ, key, now)
 	tl := Timeline{Type: typ, Key: key, Now: now.UTC(), Sees: timelineSees, Rounds: []TimelineRound{}}
 	pending, found, err := d.cfg.Coalescer.Inspect(ctx, typ, key)

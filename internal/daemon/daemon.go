@@ -356,7 +356,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer proto.Stop()
 	dead := &admin.Dead{JS: c.JetStream, Stream: c.Publisher.Stream(), Subjects: c.Publisher.Subjects()}
-	api := NewAPI(APIConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, Protocol: proto, Dead: dead, Ready: ready, Tokens: cfg.HTTP.Tokens, ReadTokens: cfg.HTTP.ReadTokens,
+	dash, err := NewDashboard(c, m, cfg)
+	if err != nil {
+		return err
+	}
+	dashCtx, stopDash := context.WithCancel(ctx)
+	defer stopDash()
+	go dash.Run(dashCtx)
+	if cfg.ServesUI() {
+		log.Info("dashboard", "path", UIPath)
+	}
+	api := NewAPI(APIConfig{Dashboard: dash, UI: cfg.ServesUI(), Coalescer: c.Coalescer, Publisher: c.Publisher, Protocol: proto, Dead: dead, Ready: ready, Tokens: cfg.HTTP.Tokens, ReadTokens: cfg.HTTP.ReadTokens,
 		BodyLimit: cfg.HTTP.BodyLimit, Metrics: m, PublicMetrics: cfg.HTTP.PublicMetrics, Logger: log,
 		WriteTimeout: cfg.HTTP.WriteTimeout, ReadTimeout: cfg.HTTP.ReadTimeout})
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)

@@ -22,6 +22,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/coalesce-io/coalesce/dashboard"
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/fingerprint"
 	"github.com/coalesce-io/coalesce/internal/access"
@@ -71,6 +72,10 @@ type APIConfig struct {
 	// a token whenever the API does.
 	PublicMetrics bool
 	Logger        *slog.Logger
+	// Dashboard serves the overview, rounds, history, search and workers
+	// routes; nil: not served. UI also serves its pages at /ui/.
+	Dashboard *dashboard.Dashboard
+	UI        bool
 }
 
 // API serves HTTP API v1.
@@ -152,6 +157,9 @@ func (a *API) Handler() http.Handler {
 	route("/v1/policies", "policies", []string{http.MethodGet}, a.getPolicies, true)
 	if a.cfg.Dead != nil {
 		a.deadRoutes(route)
+	}
+	if a.cfg.Dashboard != nil {
+		a.uiRoutes(mux, route)
 	}
 	if p := a.cfg.Protocol; p != nil {
 		route("/v1/jobs/start", "jobs_start", []string{http.MethodPost}, httpOp(a, p.Start), true)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/coalesce-io/coalesce/dashboard"
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/publisher"
 	"github.com/coalesce-io/coalesce/worker"
@@ -36,6 +37,10 @@ type Metrics struct {
 	dead          *prometheus.CounterVec
 
 	types map[string]bool // the job types a label may name
+
+	// History remembers the rounds this daemon opens (and a watched key's
+	// events) for the dashboard's timelines.
+	History *dashboard.History
 }
 
 // UnknownType is the type label of every job type the metrics were not
@@ -47,7 +52,7 @@ const UnknownType = "_unknown"
 // collectors). types are the job types the series may name (the configured
 // policies, a worker's types); any other is counted as UnknownType.
 func NewMetrics(types ...string) *Metrics {
-	m := &Metrics{Registry: prometheus.NewRegistry(), types: make(map[string]bool, len(types))}
+	m := &Metrics{Registry: prometheus.NewRegistry(), types: make(map[string]bool, len(types)), History: dashboard.NewHistory(0)}
 	for _, t := range types {
 		m.types[t] = true
 	}
@@ -143,6 +148,9 @@ func (m *Metrics) DebounceHooks() debounce.Hooks {
 			}
 			m.events.WithLabelValues(m.typ(jobType), outcome).Inc()
 			m.decision.WithLabelValues(m.typ(jobType)).Observe(took.Seconds())
+			if err == nil {
+				m.History.Decided(jobType, d, time.Now()) // an opening, or a watched key's event; else one atomic load
+			}
 		},
 		StoreError: func(jobType string, fail debounce.FailMode, _ error) {
 			m.storeErrors.WithLabelValues(m.typ(jobType), string(fail)).Inc()
