@@ -246,16 +246,18 @@ const pages = {
   async dead() {
     const tsel = $("#dtype"), csel = $("#dcode");
     await typesInto(tsel, true);
-    if (q.get("code")) csel.value = q.get("code");
+    let wantCode = q.get("code") || ""; // until the codes are listed
+    const code = () => csel.value || wantCode;
     let matching = 0;
-    const filter = () => "type=" + encodeURIComponent(tsel.value) + "&code=" + encodeURIComponent(csel.value);
+    const filter = () => "type=" + encodeURIComponent(tsel.value) + "&code=" + encodeURIComponent(code());
     const replayAll = actionButton($("#replay-all")), purgeAll = actionButton($("#purge-all"));
     const load = async () => {
       const res = await api("GET", "/v1/dead?limit=200&" + filter());
       matching = res.matching;
-      const keep = csel.value;
+      const keep = code();
       csel.replaceChildren(el("option", { value: "" }, "any code"), ...Object.keys(res.codes).sort().map((c) => el("option", { value: c }, (c || "(none)") + " · " + res.codes[c])));
       csel.value = keep;
+      wantCode = "";
       $("#matching").textContent = res.matching + " dead letter" + (res.matching === 1 ? "" : "s") + " match";
       $("#matching").dataset.count = res.matching;
       if (cfg.level !== "read") { replayAll.disabled = purgeAll.disabled = res.matching === 0; }
@@ -267,7 +269,7 @@ const pages = {
     };
     const bulk = async (what) => {
       const n = matching;
-      const scope = (tsel.value ? "of " + tsel.value : "of every type") + (csel.value ? " with code " + csel.value : "");
+      const scope = (tsel.value ? "of " + tsel.value : "of every type") + (code() ? " with code " + code() : "");
       if (!confirm((what === "replay" ? "Replay " : "Purge ") + n + " dead letter" + (n === 1 ? "" : "s") + " " + scope + "?")) return;
       try {
         const res = what === "replay" ? await api("POST", "/v1/dead:replay?" + filter()) : await api("DELETE", "/v1/dead?" + filter());
