@@ -502,4 +502,3 @@ func TestDashboardInABrowser(t *testing.T) {
 func expectedLogError(e *log.Entry) bool {
 	return e.Source == log.EntrySourceNetwork && (strings.Contains(e.Text, "401") || strings.Contains(e.Text, "403") || strings.Contains(e.Text, "404"))
 }
-
