@@ -52,8 +52,9 @@ func drawTimeline(tl Timeline) []byte {
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/>`, left, axisY, width-right, axisY)
 	for i := 0; i <= 4; i++ {
 		t := lo.Add(span * time.Duration(i) / 4)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/><text x="%.1f" y="%.1f" fill="#555" text-anchor="middle">%s</text>`,
-			x(t), axisY, x(t), axisY+4, x(t), axisY+15, t.Local().Format("15:04:05"))
+		anchor := [...]string{"start", "middle", "middle", "middle", "end"}[i]
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/><text x="%.1f" y="%.1f" fill="#555" text-anchor="%s">%s</text>`,
+			x(t), axisY, x(t), axisY+4, x(t), axisY+15, anchor, t.Local().Format("15:04:05"))
 	}
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#c33" stroke-dasharray="3,3"/><text x="%.1f" y="%.1f" fill="#c33" text-anchor="middle">now</text>`,
 		x(tl.Now), top-12, x(tl.Now), axisY, x(tl.Now), top-16)
