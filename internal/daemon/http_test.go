@@ -57,6 +57,17 @@ func newAPI(t *testing.T, tokens ...string) *apiFixture {
 // newAPIWith is newAPI with the API's configuration changed by mut.
 func newAPIWith(t *testing.T, mut func(*daemon.APIConfig), tokens ...string) *apiFixture {
 	t.Helper()
+	return newAPIWithFixture(t, func(_ *apiFixture, _ jetstream.JetStream, c *daemon.APIConfig) {
+		if mut != nil {
+			mut(c)
+		}
+	}, tokens...)
+}
+
+// newAPIWithFixture is newAPIWith whose mut also sees the fixture and its
+// JetStream.
+func newAPIWithFixture(t *testing.T, mut func(*apiFixture, jetstream.JetStream, *daemon.APIConfig), tokens ...string) *apiFixture {
+	t.Helper()
 	f := &apiFixture{redis: testenv.NewRedis(t)}
 	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr, DisableIdentity: true, MaxRetries: -1, DialTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
@@ -72,9 +83,7 @@ func newAPIWith(t *testing.T, mut func(*daemon.APIConfig), tokens ...string) *ap
 	}
 	cfg := daemon.APIConfig{Coalescer: f.co, Publisher: f.pub, Tokens: tokens, BodyLimit: 4096, Metrics: m,
 		Ready: func(ctx context.Context) map[string]error { return map[string]error{"redis": rdb.Ping(ctx).Err()} }}
-	if mut != nil {
-		mut(&cfg)
-	}
+	mut(f, js, &cfg)
 	api := daemon.NewAPI(cfg)
 	f.srv = httptest.NewServer(api.Handler())
 	t.Cleanup(f.srv.Close)
