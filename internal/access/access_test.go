@@ -87,3 +87,31 @@ func TestLevelsBearerAndSession(t *testing.T) {
 		t.Errorf("open: %v %v", got, err)
 	}
 }
+
+// FuzzSessionCookie: whatever a browser sends as the cookie, reading it
+// never panics and never grants a level without the signature of a
+// configured token.
+func FuzzSessionCookie(f *testing.F) {
+	tok := access.New([]string{"w1"}, []string{"r1"})
+	c, _, _ := tok.SignIn("w1", "/", false, time.Now())
+	f.Add(c.Value)
+	f.Add("v1.w.99999999999.00.")
+	f.Add("v1.r.1.2.3.4")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, value string) {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.AddCookie(&http.Cookie{Name: access.CookieName, Value: value})
+		lvl, _ := tok.Request(r)
+		if lvl != access.None && value != c.Value {
+			// Only a cookie signed with w1 or r1 passes: any other value
+			// that passes would be a forgery.
+			other := access.New([]string{"x"}, []string{"y"})
+			if l2, _ := other.Request(r); l2 != access.None {
+				t.Fatalf("a cookie valid for unrelated tokens: %q", value)
+			}
+			if !strings.HasPrefix(value, "v1.") {
+				t.Fatalf("accepted %q", value)
+			}
+		}
+	})
+}
