@@ -818,32 +818,8 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) *apiError {
 }
 
 // PolicyView is a policy as the API and the CLI show it: the YAML keys, and
-// durations as text.
-type PolicyView struct {
-	Type      string   `json:"type"`
-	Mode      string   `json:"mode"`
-	Window    string   `json:"window,omitempty"`
-	TTL       string   `json:"ttl,omitempty"`
-	Extend    bool     `json:"extend,omitempty"`
-	MaxWait   string   `json:"max_wait,omitempty"`
-	Payload   string   `json:"payload"`
-	MaxItems  int      `json:"max_items,omitempty"`
-	ItemField string   `json:"item_field,omitempty"`
-	KeyFields []string `json:"key_fields,omitempty"`
-	Until     string   `json:"until,omitempty"`
-	Trailing  bool     `json:"trailing,omitempty"`
-	Fail      string   `json:"fail"`
-}
+// durations as text (the dashboard's, the same JSON).
+type PolicyView = dashboard.PolicyView
 
 // ViewPolicy converts a policy for display.
-func ViewPolicy(p debounce.Policy) PolicyView {
-	d := func(v time.Duration) string {
-		if v == 0 {
-			return ""
-		}
-		return v.String()
-	}
-	return PolicyView{Type: p.Type, Mode: string(p.Mode), Window: d(p.Window), TTL: d(p.TTL), Extend: p.Extend,
-		MaxWait: d(p.MaxWait), Payload: string(p.Payload), MaxItems: p.MaxItems, ItemField: p.ItemField,
-		KeyFields: p.KeyFields, Until: string(p.Until), Trailing: p.Trailing, Fail: string(p.Fail)}
-}
+func ViewPolicy(p debounce.Policy) PolicyView { return dashboard.ViewPolicy(p) }
