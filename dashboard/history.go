@@ -65,13 +65,20 @@ func NewHistory(maxKeys int) *History {
 // Decided records a decision: a round's opening always, an event joining
 // a round when its key is watched. When nobody watches, a join costs one
 // atomic load.
-func (h *History) Decided(jobType string, d debounce.Decision, now time.Time) {
+func (h *History) Decided(jobType string, d *debounce.Decision) {
 	if h == nil || d.Round == 0 {
 		return
 	}
-	hk := histKey{jobType, d.Key}
 	opening := IsJob(d.Outcome)
 	w := *h.watched.Load()
+	if !opening && len(w) == 0 {
+		return // the hot path: a join, nobody watching
+	}
+	h.decided(jobType, d, w, opening, time.Now())
+}
+
+func (h *History) decided(jobType string, d *debounce.Decision, w map[histKey]time.Time, opening bool, now time.Time) {
+	hk := histKey{jobType, d.Key}
 	_, watching := w[hk]
 	if !opening && !watching {
 		return

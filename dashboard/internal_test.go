@@ -42,22 +42,22 @@ func TestHistoryBounds(t *testing.T) {
 	now := time.Now()
 	k := func(b byte) debounce.RoundKey { return debounce.RoundKey{b} }
 	for i := range 10 {
-		h.Decided("t", debounce.Decision{Outcome: debounce.OutcomeScheduled, Key: k(1), Round: debounce.Token(i + 1), DueAt: now}, now)
-		h.Decided("t", debounce.Decision{Outcome: debounce.OutcomeCoalesced, Key: k(1), Round: debounce.Token(i + 1)}, now)
+		h.Decided("t", &debounce.Decision{Outcome: debounce.OutcomeScheduled, Key: k(1), Round: debounce.Token(i + 1), DueAt: now})
+		h.Decided("t", &debounce.Decision{Outcome: debounce.OutcomeCoalesced, Key: k(1), Round: debounce.Token(i + 1)})
 	}
 	rs := h.rounds("t", k(1))
 	if len(rs) != roundsPerKey || rs[0].token != 3 || rs[7].token != 10 || rs[7].count != 1 || len(rs[7].events) != 0 {
 		t.Fatalf("rounds %+v", rs)
 	}
 	h.Watch("t", k(1), now)
-	h.Decided("t", debounce.Decision{Outcome: debounce.OutcomeCoalesced, Key: k(1), Round: 10}, now)
-	h.Decided("t", debounce.Decision{Outcome: debounce.OutcomeCoalesced, Key: k(1), Round: 99}, now) // opened elsewhere
+	h.Decided("t", &debounce.Decision{Outcome: debounce.OutcomeCoalesced, Key: k(1), Round: 10})
+	h.Decided("t", &debounce.Decision{Outcome: debounce.OutcomeCoalesced, Key: k(1), Round: 99}) // opened elsewhere
 	rs = h.rounds("t", k(1))
 	if len(rs) != roundsPerKey || rs[7].count != 2 || len(rs[7].events) != 1 {
 		t.Errorf("after a watched join: %+v", rs[7])
 	}
-	h.Decided("t", debounce.Decision{Outcome: debounce.OutcomePublished, Key: k(2), Round: 1}, now)
-	h.Decided("t", debounce.Decision{Outcome: debounce.OutcomePublished, Key: k(3), Round: 1}, now)
+	h.Decided("t", &debounce.Decision{Outcome: debounce.OutcomePublished, Key: k(2), Round: 1})
+	h.Decided("t", &debounce.Decision{Outcome: debounce.OutcomePublished, Key: k(3), Round: 1})
 	if h.rounds("t", k(1)) != nil || h.rounds("t", k(3)) == nil {
 		t.Error("the oldest key is not the one forgotten")
 	}
@@ -84,4 +84,25 @@ func TestDrawTimelineIsSVG(t *testing.T) {
 	if empty := string(drawTimeline(Timeline{Now: now})); !strings.Contains(empty, "No round") {
 		t.Errorf("empty timeline: %s", empty)
 	}
+}
+
+// BenchmarkHistoryDecided: what the daemon's Decision hook adds per event:
+// a join of an unwatched key, and an opening.
+func BenchmarkHistoryDecided(b *testing.B) {
+	h := NewHistory(0)
+	b.Run("join", func(b *testing.B) {
+		d := debounce.Decision{Outcome: debounce.OutcomeCoalesced, Key: debounce.RoundKey{1}, Round: 7}
+		for b.Loop() {
+			h.Decided("t", &d)
+		}
+	})
+	b.Run("opening", func(b *testing.B) {
+		d := debounce.Decision{Outcome: debounce.OutcomeScheduled, Round: 7}
+		i := 0
+		for b.Loop() {
+			i++
+			d.Key[0], d.Key[1], d.Key[2] = byte(i), byte(i>>8), byte(i>>16)
+			h.Decided("t", &d)
+		}
+	})
 }

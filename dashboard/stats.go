@@ -135,7 +135,7 @@ func (rec *Recorder) Hooks(next debounce.Hooks) debounce.Hooks {
 				c.Jobs++
 			}
 			rec.mu.Unlock()
-			rec.History.Decided(jobType, d, time.Now())
+			rec.History.Decided(jobType, &d)
 		}
 		if prev != nil {
 			prev(jobType, d, err, took)

@@ -149,7 +149,7 @@ func (m *Metrics) DebounceHooks() debounce.Hooks {
 			m.events.WithLabelValues(m.typ(jobType), outcome).Inc()
 			m.decision.WithLabelValues(m.typ(jobType)).Observe(took.Seconds())
 			if err == nil {
-				m.History.Decided(jobType, d, time.Now()) // an opening, or a watched key's event; else one atomic load
+				m.History.Decided(jobType, &d) // an opening, or a watched key's event; else one atomic load
 			}
 		},
 		StoreError: func(jobType string, fail debounce.FailMode, _ error) {
