@@ -207,7 +207,7 @@ func New(cfg Config) (*Coalescer, error) {
 		return nil, err
 	}
 	var err error
-	if c.repl, err = newReplState(cfg.Replication, c.rdb); err != nil {
+	if c.repl, err = newReplState(cfg.Replication, c.rdb, c.log); err != nil {
 		return nil, err
 	}
 

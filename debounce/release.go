@@ -218,6 +218,9 @@ func (c *Coalescer) release(ctx context.Context, job Job, op string) (Release, e
 			c.hooks.Replication(job.Type, fail, doubt)
 		}
 		if fail == FailClosed {
+			// Not an attempt: the next delivery counts again (else an
+			// outage of the replicas would dead-letter the job).
+			_ = uncountStartScript.Run(ctx, c.rdb, []string{c.takenKey(job)}).Err()
 			return Release{}, fmt.Errorf("%w: take %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, doubt)
 		}
 	}

@@ -1,9 +1,11 @@
 package debounce
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,9 +98,10 @@ type replState struct {
 	checked  atomic.Int64 // unix ns of the last check (auto)
 	checking atomic.Bool
 	mu       sync.Mutex // serialises the first check
+	log      *slog.Logger
 }
 
-func newReplState(cfg Replication, rdb redis.UniversalClient) (*replState, error) {
+func newReplState(cfg Replication, rdb redis.UniversalClient, log *slog.Logger) (*replState, error) {
 	switch {
 	case cfg.Acks < ReplicationOff:
 		return nil, fmt.Errorf("%w: Config.Replication.Acks %d: use -1 (off), 0 (auto) or a number of replicas", ErrInvalidConfig, cfg.Acks)
@@ -113,7 +116,7 @@ func newReplState(cfg Replication, rdb redis.UniversalClient) (*replState, error
 		}
 		return nil, nil
 	}
-	rs := &replState{fixed: max(cfg.Acks, 0), timeout: cfg.Timeout, rdb: rdb}
+	rs := &replState{fixed: max(cfg.Acks, 0), timeout: cfg.Timeout, rdb: rdb, log: log}
 	if rs.timeout == 0 {
 		rs.timeout = DefaultReplicationTimeout
 	}
@@ -191,11 +194,43 @@ func (rs *replState) check(ctx context.Context) {
 	default:
 		return
 	}
-	if err != nil && rs.acks.Load() != nil {
+	prev := rs.acks.Load()
+	if err != nil && prev != nil {
 		return
 	}
 	rs.acks.Store(&m)
+	if prev == nil {
+		return
+	}
+	for addr, n := range m {
+		if was, ok := (*prev)[addr]; ok && was != n {
+			name := cmp.Or(strings.Trim(addr, "*"), "the primary")
+			if n == 0 {
+				rs.log.Warn("redis: "+name+" has no replica any more: decisions are no longer confirmed by a replica (a failover now loses what it has not replicated)", "addr", addr)
+			} else {
+				rs.log.Info("redis: "+name+" has a replica again: decisions wait for it", "addr", addr)
+			}
+		}
+	}
 }
+
+// recheck reads the replicas again at once (at most every recheckEvery),
+// after a wait fell short in auto mode: a primary whose replica went away
+// (or a replica just promoted, with none of its own yet) needs none, and its
+// decisions are not doubts.
+func (rs *replState) recheck(ctx context.Context) {
+	if rs.fixed > 0 || time.Since(time.Unix(0, rs.checked.Load())) < recheckEvery {
+		return
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if time.Since(time.Unix(0, rs.checked.Load())) >= recheckEvery {
+		rs.check(ctx)
+	}
+}
+
+// recheckEvery spaces the checks a short wait triggers.
+const recheckEvery = 250 * time.Millisecond
 
 // ackFor is how many replicas the primary at addr must confirm.
 func (rs *replState) ackFor(addr string) int {
@@ -307,6 +342,12 @@ func (c *Coalescer) waitPipelined(ctx context.Context, node *redis.Client, calls
 			got, err := wait.Result()
 			if err == nil && int(got) >= want {
 				return
+			}
+			if c.repl.fixed == 0 {
+				c.repl.recheck(ctx)
+				if now := c.repl.ackFor(addr); err == nil && int(got) >= now {
+					return // the primary has fewer replicas now: auto asks for what there is
+				}
 			}
 			doubt := &ReplicationError{Addr: addr, Want: want, Got: int(got), Err: err}
 			for _, sc := range sent {
