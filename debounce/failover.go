@@ -119,7 +119,8 @@ func (w *FailoverWatch) Check(ctx context.Context) (changed bool, what string, e
 	if len(changes) == 0 {
 		return false, "", nil
 	}
-	if w.c.repl != nil && w.c.repl.fixed == 0 {
+	w.c.overdue.reset() // identities noted on the old primary may be missing
+	if w.c.repl != nil {
 		w.c.repl.check(ctx) // the new primary's replicas, now
 	}
 	return true, strings.Join(changes, "; "), nil

@@ -200,6 +200,17 @@ func (c *Coalescer) jobRedisKey(job Job) string {
 }
 
 func (c *Coalescer) release(ctx context.Context, job Job, op string) (Release, error) {
+	if p, ok := c.policies[job.Type]; ok && op == "take" && p.Fail == FailClosed {
+		if err := c.noReplica(ctx, c.jobRedisKey(job)); err != nil {
+			// Its primary has no replica: the take would be a doubt. The
+			// round stays pending (events go on joining it) and the job's
+			// delivery comes again.
+			if c.hooks.Replication != nil {
+				c.hooks.Replication(job.Type, FailClosed, err)
+			}
+			return Release{}, fmt.Errorf("%w: take %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
+		}
+	}
 	rel, doubt, err := c.releaseRound(ctx, job, op)
 	if err != nil {
 		return rel, fmt.Errorf("%w: release %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)

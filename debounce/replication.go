@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,11 +28,12 @@ import (
 type Replication struct {
 	// Acks is how many replicas must confirm a decision's writes before
 	// Submit answers, and a round's take before its job runs.
-	// ReplicationAuto (0, the default): 1 when the primary (each Cluster
-	// shard's primary) reports a connected replica in INFO replication,
-	// none when it has none, checked at the first call and every
-	// ReplicationCheckEvery; ReplicationOff: never wait; N > 0: always wait
-	// for N.
+	// ReplicationAuto (0, the default): 1 once the deployment shows it has
+	// replicas (a Sentinel client, or a primary reporting a connected
+	// replica in INFO replication, checked at the first call and every
+	// ReplicationCheckEvery), and from then on even while none is
+	// connected; none for a primary without replicas. ReplicationOff:
+	// never wait; N > 0: always wait for N.
 	Acks int
 	// Timeout bounds each wait (default DefaultReplicationTimeout). A wait
 	// that ends with fewer confirmations is a doubt: see ErrNotReplicated.
@@ -66,19 +66,31 @@ const (
 // replicated; its delivery comes again.
 var ErrNotReplicated = errors.New("debounce: not confirmed by the replicas")
 
-// ReplicationError is a doubt: what the wait found.
+// ReplicationError is a doubt: what the wait found, or that the primary had
+// no replica to wait for.
 type ReplicationError struct {
-	Addr string // the primary
+	Addr string // the primary ("*": the one of a single-node or Sentinel client)
 	Want int    // replicas asked for
 	Got  int    // replicas that confirmed in time
 	Err  error  // the wait's own error, if it failed
+	// Written: the primary applied the write (the wait fell short). False:
+	// the primary had no replica connected, and a write refused under
+	// fail: closed was not sent at all.
+	Written bool
 }
 
 func (e *ReplicationError) Error() string {
-	if e.Err != nil {
-		return fmt.Sprintf("%s: waiting for %d replica(s) of %s: %v", ErrNotReplicated, e.Want, e.Addr, e.Err)
+	addr := strings.Trim(e.Addr, "*")
+	if addr == "" {
+		addr = "the primary"
 	}
-	return fmt.Sprintf("%s: %d of %d replica(s) of %s confirmed in time", ErrNotReplicated, e.Got, e.Want, e.Addr)
+	switch {
+	case !e.Written:
+		return fmt.Sprintf("%s: %s has no replica connected (%d wanted): nothing was written", ErrNotReplicated, addr, e.Want)
+	case e.Err != nil:
+		return fmt.Sprintf("%s: waiting for %d replica(s) of %s: %v (the write stands on the primary)", ErrNotReplicated, e.Want, addr, e.Err)
+	}
+	return fmt.Sprintf("%s: %d of %d replica(s) of %s confirmed in time (the write stands on the primary)", ErrNotReplicated, e.Got, e.Want, addr)
 }
 
 // Is makes a ReplicationError match ErrNotReplicated.
@@ -91,14 +103,23 @@ type replState struct {
 	fixed   int // Acks > 0: wait for this many; 0: auto
 	timeout time.Duration
 	rdb     redis.UniversalClient
+	log     *slog.Logger
 
-	// acks per primary address, for auto ("" for a client with one
-	// primary); read with ackFor.
-	acks     atomic.Pointer[map[string]int]
+	// replicated (auto): the deployment has replicas — a Sentinel client,
+	// or a primary seen with one. From then on every decision waits for one
+	// replica, on every primary, even while none is connected (a primary
+	// just promoted, its old one not back yet): a write that only the
+	// primary holds is what the next failover loses, so under fail: closed
+	// it is refused until a replica is back (run two replicas, so that a
+	// failover leaves one).
+	replicated atomic.Bool
+	// replicas: online replicas per primary address, as last read ("*"
+	// for a client with one primary): fail-closed writes to a primary with
+	// none are refused before they are sent (noReplica).
+	replicas atomic.Pointer[map[string]int]
 	checked  atomic.Int64 // unix ns of the last check (auto)
 	checking atomic.Bool
 	mu       sync.Mutex // serialises the first check
-	log      *slog.Logger
 }
 
 func newReplState(cfg Replication, rdb redis.UniversalClient, log *slog.Logger) (*replState, error) {
@@ -120,32 +141,26 @@ func newReplState(cfg Replication, rdb redis.UniversalClient, log *slog.Logger) 
 	if rs.timeout == 0 {
 		rs.timeout = DefaultReplicationTimeout
 	}
-	if rs.fixed > 0 {
-		m := map[string]int{"*": rs.fixed}
-		rs.acks.Store(&m)
+	if c, ok := rdb.(*redis.Client); ok && c.Options().Addr == "FailoverClient" {
+		rs.replicated.Store(true) // Sentinel: a primary with replicas by design
 	}
 	return rs, nil
 }
 
-// active reports whether any primary needs acks now. With auto it reads the
-// primaries' replicas at the first call and every ReplicationCheckEvery (in
-// the background after the first).
+// active reports whether decisions wait for replicas now. With auto it
+// reads the primaries' replicas at the first call and every
+// ReplicationCheckEvery (in the background after the first).
 func (rs *replState) active(ctx context.Context) bool {
-	if rs == nil {
+	switch {
+	case rs == nil:
 		return false
-	}
-	if rs.fixed > 0 {
-		return true
-	}
-	m := rs.acks.Load()
-	if m == nil {
+	case rs.replicas.Load() == nil:
 		rs.mu.Lock()
-		if rs.acks.Load() == nil {
+		if rs.replicas.Load() == nil {
 			rs.check(ctx)
 		}
 		rs.mu.Unlock()
-		m = rs.acks.Load()
-	} else if time.Since(time.Unix(0, rs.checked.Load())) > ReplicationCheckEvery && rs.checking.CompareAndSwap(false, true) {
+	case time.Since(time.Unix(0, rs.checked.Load())) > ReplicationCheckEvery && rs.checking.CompareAndSwap(false, true):
 		go func() {
 			defer rs.checking.Store(false)
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -153,73 +168,62 @@ func (rs *replState) active(ctx context.Context) bool {
 			rs.check(cctx)
 		}()
 	}
-	for _, n := range *m {
-		if n > 0 {
-			return true
-		}
-	}
-	return false
+	return rs.fixed > 0 || rs.replicated.Load()
 }
 
 // check reads how many replicas each primary has (auto). On failure the
-// previous answer stays (none at first: an unreachable Redis fails the
-// decision anyway).
+// previous answer stays.
 func (rs *replState) check(ctx context.Context) {
 	defer rs.checked.Store(time.Now().UnixNano())
 	m := map[string]int{}
 	var mu sync.Mutex
-	read := func(ctx context.Context, c *redis.Client) error {
+	read := func(ctx context.Context, c *redis.Client, addr string) error {
 		raw, err := c.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
 		}
-		n := 0
-		if v, ok := infoField(raw, "connected_slaves"); ok {
-			n, _ = strconv.Atoi(v)
-		}
+		n := onlineReplicas(raw)
 		mu.Lock()
-		m[c.Options().Addr] = min(n, 1)
+		m[addr] = n
 		mu.Unlock()
 		return nil
 	}
 	var err error
 	switch c := rs.rdb.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, read)
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return read(ctx, m, m.Options().Addr) })
 	case *redis.Client:
-		err = read(ctx, c)
-		if err == nil {
-			m = map[string]int{"*": m[c.Options().Addr]}
-		}
+		err = read(ctx, c, "*")
 	default:
 		return
 	}
-	prev := rs.acks.Load()
+	prev := rs.replicas.Load()
 	if err != nil && prev != nil {
 		return
 	}
-	rs.acks.Store(&m)
-	if prev == nil {
-		return
-	}
+	rs.replicas.Store(&m)
 	for addr, n := range m {
-		if was, ok := (*prev)[addr]; ok && was != n {
-			name := cmp.Or(strings.Trim(addr, "*"), "the primary")
-			if n == 0 {
-				rs.log.Warn("redis: "+name+" has no replica any more: decisions are no longer confirmed by a replica (a failover now loses what it has not replicated)", "addr", addr)
-			} else {
-				rs.log.Info("redis: "+name+" has a replica again: decisions wait for it", "addr", addr)
-			}
+		if n > 0 && !rs.replicated.Load() {
+			rs.replicated.Store(true)
+			rs.log.Info("redis has replicas: every decision now waits until one confirms it (redis.replicas.acks auto)", "addr", addr)
+		}
+		if prev == nil || !rs.replicated.Load() {
+			continue
+		}
+		name := cmp.Or(strings.Trim(addr, "*"), "the primary")
+		if was, ok := (*prev)[addr]; ok && was > 0 && n == 0 {
+			rs.log.Warn("redis: "+name+" has no replica connected: decisions wait for one (refused under fail: closed, counted under fail: open) until a replica is back", "addr", addr)
+		} else if ok && was == 0 && n > 0 {
+			rs.log.Info("redis: "+name+" has a replica again", "addr", addr)
 		}
 	}
 }
 
 // recheck reads the replicas again at once (at most every recheckEvery),
-// after a wait fell short in auto mode: a primary whose replica went away
-// (or a replica just promoted, with none of its own yet) needs none, and its
-// decisions are not doubts.
+// after a wait fell short: a primary whose replica went away is then known
+// to have none, and fail-closed writes are refused before they are sent.
 func (rs *replState) recheck(ctx context.Context) {
-	if rs.fixed > 0 || time.Since(time.Unix(0, rs.checked.Load())) < recheckEvery {
+	if time.Since(time.Unix(0, rs.checked.Load())) < recheckEvery {
 		return
 	}
 	rs.mu.Lock()
@@ -232,19 +236,55 @@ func (rs *replState) recheck(ctx context.Context) {
 // recheckEvery spaces the checks a short wait triggers.
 const recheckEvery = 250 * time.Millisecond
 
-// ackFor is how many replicas the primary at addr must confirm.
-func (rs *replState) ackFor(addr string) int {
-	m := rs.acks.Load()
+// noReplica refuses, before anything is written, a fail-closed write to
+// key whose primary is known to have no replica connected while acks are
+// on: the write would be a doubt (a refused event that may run all the
+// same), and sent again it would open round after round.
+func (c *Coalescer) noReplica(ctx context.Context, key string) error {
+	rs := c.repl
+	if !rs.active(ctx) {
+		return nil
+	}
+	m := rs.replicas.Load()
 	if m == nil {
-		return 0
+		return nil
 	}
-	if n, ok := (*m)["*"]; ok {
-		return n
+	addr := "*"
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return nil // the write finds out
+		}
+		addr = node.Options().Addr
 	}
-	if n, ok := (*m)[addr]; ok {
-		return n
+	if n, ok := (*m)[addr]; !ok || n > 0 {
+		return nil
 	}
-	return 1 // a primary the last check did not see (a failover since): wait
+	return &ReplicationError{Addr: addr, Want: rs.ackFor(addr)}
+}
+
+// ackFor is how many replicas the primary at addr must confirm.
+func (rs *replState) ackFor(string) int {
+	if rs.fixed > 0 {
+		return rs.fixed
+	}
+	if rs.replicated.Load() {
+		return 1
+	}
+	return 0
+}
+
+// onlineReplicas counts the replicas of an INFO replication reply that are
+// online: a replica still syncing (wait_bgsave, send_bulk) acknowledges
+// nothing yet.
+func onlineReplicas(raw string) int {
+	n := 0
+	for line := range strings.SplitSeq(raw, "\n") {
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") {
+			n++
+		}
+	}
+	return n
 }
 
 // infoField reads one field of an INFO reply.
@@ -343,13 +383,8 @@ func (c *Coalescer) waitPipelined(ctx context.Context, node *redis.Client, calls
 			if err == nil && int(got) >= want {
 				return
 			}
-			if c.repl.fixed == 0 {
-				c.repl.recheck(ctx)
-				if now := c.repl.ackFor(addr); err == nil && int(got) >= now {
-					return // the primary has fewer replicas now: auto asks for what there is
-				}
-			}
-			doubt := &ReplicationError{Addr: addr, Want: want, Got: int(got), Err: err}
+			c.repl.recheck(ctx)
+			doubt := &ReplicationError{Addr: cmp.Or(addr, "*"), Want: want, Got: int(got), Err: err, Written: true}
 			for _, sc := range sent {
 				if sc.cmd.Err() == nil {
 					sc.doubt = doubt

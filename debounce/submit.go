@@ -184,6 +184,12 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 			}()
 		}
 	}
+	if p.Fail == FailClosed {
+		if err := c.noReplica(ctx, c.keys(p, key)[0]); err != nil {
+			c.onDoubt(ctx, p, key, err) // counted; refused below, nothing written
+			return d, fmt.Errorf("debounce: submit %s %s: %w", p.Type, key, err)
+		}
+	}
 	r, err := p.layout.open(ctx, c, p, job, now, item)
 	defer func() {
 		// The decision stands on the primary; its replicas did not confirm

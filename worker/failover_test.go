@@ -26,14 +26,15 @@ import (
 //
 // With acks the take is not confirmed, so the job does not run on the old
 // primary; after the failover its next delivery takes the round on the new
-// primary: every item in exactly one job.
+// primary: every item in exactly one job. The old primary comes back as a
+// replica: with acks, nothing is accepted before it does.
 func TestFailoverWithSentinel(t *testing.T) {
 	t.Parallel()
 	for _, acks := range []int{debounce.ReplicationOff, debounce.ReplicationAuto} {
 		t.Run(fmt.Sprintf("acks=%d", acks), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			primary, replica := testenv.NewRedisNode(t), testenv.NewRedisNode(t)
+			primary, replica := testenv.NewRedisNode(t, "--repl-diskless-sync-delay", "0"), testenv.NewRedisNode(t, "--repl-diskless-sync-delay", "0")
 			replica.ReplicaOf(t, primary)
 			sentinels := testenv.NewSentinels(t, 3, "coalesce", primary)
 			rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "coalesce", SentinelAddrs: sentinels.Addrs,
@@ -73,10 +74,19 @@ func TestFailoverWithSentinel(t *testing.T) {
 			if _, err := sentinels.WaitPrimary(ctx, primary.Addr, 60*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(30 * time.Second)
+			// It comes back; the Sentinels make it the new primary's replica.
+			// With acks, decisions wait for it: until then none is accepted
+			// (fail: closed), as a write the new primary alone holds is what
+			// the next failover would lose.
+			if err := primary.Start(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(60 * time.Second)
+			var accepted debounce.Decision
 			for {
-				_, err := s.co.Submit(ctx, debounce.Event{Type: "acc", Args: json.RawMessage(`{"tenant":1,"id":2}`)})
+				d, err := s.co.Submit(ctx, debounce.Event{Type: "acc", Args: json.RawMessage(`{"tenant":1,"id":2}`)})
 				if err == nil {
+					accepted = d
 					break
 				}
 				if time.Now().After(deadline) {
@@ -94,11 +104,24 @@ func TestFailoverWithSentinel(t *testing.T) {
 			}
 			// The second item reaches a job within seconds (the reaper's
 			// own pass would wait a minute past due).
+			// In how many jobs an item ran: of any round, or (accepted) of the
+			// rounds accepted decisions named. A refused attempt whose write
+			// stood on the primary (a doubt) may run too: documented.
 			has := func(id string) int {
 				jobs, _ := got.snapshot()
 				n := 0
 				for _, j := range jobs {
 					if slices.ContainsFunc(j.Summary.Items, func(it json.RawMessage) bool { return string(it) == id }) {
+						n++
+					}
+				}
+				return n
+			}
+			hasIn := func(id string, round debounce.Token) int {
+				jobs, _ := got.snapshot()
+				n := 0
+				for _, j := range jobs {
+					if j.Token == round && slices.ContainsFunc(j.Summary.Items, func(it json.RawMessage) bool { return string(it) == id }) {
 						n++
 					}
 				}
@@ -115,8 +138,8 @@ func TestFailoverWithSentinel(t *testing.T) {
 			switch {
 			case acks == debounce.ReplicationOff && has("1") != 2:
 				t.Errorf("acks off: item 1 in %d jobs, want 2 (the take lost with the old primary)", has("1"))
-			case acks != debounce.ReplicationOff && (has("1") != 1 || has("2") != 1):
-				t.Errorf("acks on: items 1 and 2 in %d and %d jobs, want exactly one each", has("1"), has("2"))
+			case acks != debounce.ReplicationOff && (has("1") != 1 || hasIn("2", accepted.Round) != 1):
+				t.Errorf("acks on: item 1 in %d jobs, item 2 in %d jobs of its accepted round %s, want exactly one each", has("1"), hasIn("2", accepted.Round), accepted.Round)
 			}
 		})
 	}

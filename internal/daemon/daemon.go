@@ -62,6 +62,7 @@ func reap(ctx context.Context, co *debounce.Coalescer, every, repairAfter time.D
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var again <-chan time.Time
+	var until time.Time
 	for {
 		reconcile := false
 		select {
@@ -69,9 +70,12 @@ func reap(ctx context.Context, co *debounce.Coalescer, every, repairAfter time.D
 			return
 		case <-t.C:
 		case <-failover:
-			reconcile, again = true, time.After(ReconcileAgain)
+			reconcile, again, until = true, time.After(ReconcileAgain), time.Now().Add(ReconcileFor)
 		case <-again:
 			reconcile, again = true, nil
+			if time.Now().Before(until) {
+				again = time.After(ReconcileAgain)
+			}
 		}
 		// A Redis that lost its data gets an identity again, so workers
 		// run the jobs of rounds opened from now on (store.go).
@@ -109,18 +113,21 @@ func reap(ctx context.Context, co *debounce.Coalescer, every, repairAfter time.D
 	}
 }
 
-// Failover watching: how often the primaries are read, and when the second
-// reconcile pass follows the first (rounds just due at the failover are
-// overdue by then).
+// Failover watching: how often the primaries are read, and how often
+// reconcile passes follow the first, for how long: rounds just due at the
+// failover are overdue by then, and a packed round brought back by it can be
+// published again only once an event found it overdue and kept its identity.
 const (
 	FailoverCheckEvery = time.Second
 	ReconcileAgain     = 5 * time.Second
+	ReconcileFor       = time.Minute
 )
 
 // ReconcileOnFailover watches the Redis primaries and, when one changes,
 // runs a reconcile pass (debounce.Reaper.Reconcile) at once and again
 // ReconcileAgain later, until ctx ends: what a worker process runs (the
-// daemon's reaper does the same between its passes).
+// daemon's reaper goes on for ReconcileFor; every worker scanning every
+// round that long would cost more than it finds).
 func ReconcileOnFailover(ctx context.Context, co *debounce.Coalescer, m *Metrics, log *slog.Logger) {
 	r := co.NewReaper()
 	failover := make(chan string, 1)

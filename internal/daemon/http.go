@@ -380,7 +380,7 @@ func submitError(err error) *apiError {
 	case errors.Is(err, debounce.ErrInvalidEvent):
 		return errf(http.StatusBadRequest, "invalid_event", "", "%v", err)
 	case errors.Is(err, debounce.ErrNotReplicated):
-		return errf(http.StatusServiceUnavailable, "not_replicated", "", "%v; the policy is fail: closed: the event is in its round on the Redis primary unless it fails over before its replicas catch up; send it again (its count may then include it twice; an accumulated item or a payload last is not doubled)", err)
+		return errf(http.StatusServiceUnavailable, "not_replicated", "", "%v; the policy is fail: closed, so the event is not accepted: send it again (where the write stood, its round's count may then include it twice; an accumulated item or a payload last is never doubled)", err)
 	case errors.Is(err, debounce.ErrStoreUnavailable):
 		return errf(http.StatusServiceUnavailable, "store_unavailable", "", "%v; the policy is fail: closed, so nothing was published: retry later", err)
 	case errors.Is(err, debounce.ErrPublish):
