@@ -35,19 +35,28 @@ type scriptCall struct {
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
+	// doubt: with replication acks, the call ran but too few replicas
+	// confirmed it in time (a *ReplicationError); nil otherwise.
+	doubt error
 }
 
 // evalPipelined sends the calls in one pipeline, with the commands extra
 // adds, then sends again with EVAL, in one more pipeline, the calls whose
 // script the server did not have (NOSCRIPT: after a restart, or on a new
-// node). Each call's reply (or error) is in its cmd.
-func evalPipelined(ctx context.Context, rdb redis.UniversalClient, calls []*scriptCall, extra func(redis.Pipeliner)) {
+// node). Each call's reply (or error) is in its cmd. wait, when set, ends
+// each pipeline with its command (replication.go: WAIT) and returns what
+// checks its answer for the calls that pipeline sent.
+func evalPipelined(ctx context.Context, rdb interface{ Pipeline() redis.Pipeliner }, calls []*scriptCall, extra func(redis.Pipeliner), wait func(redis.Pipeliner) func([]*scriptCall)) {
 	pipe := rdb.Pipeline()
 	for _, c := range calls {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	if extra != nil {
 		extra(pipe)
+	}
+	var checkWait func([]*scriptCall)
+	if wait != nil {
+		checkWait = wait(pipe)
 	}
 	_, _ = pipe.Exec(ctx)
 	var retry []*scriptCall
@@ -56,6 +65,9 @@ func evalPipelined(ctx context.Context, rdb redis.UniversalClient, calls []*scri
 			retry = append(retry, c)
 		}
 	}
+	if checkWait != nil {
+		checkWait(calls)
+	}
 	if len(retry) == 0 {
 		return
 	}
@@ -63,12 +75,22 @@ func evalPipelined(ctx context.Context, rdb redis.UniversalClient, calls []*scri
 	for _, c := range retry {
 		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
 	}
+	if wait != nil {
+		checkWait = wait(pipe)
+	}
 	_, _ = pipe.Exec(ctx)
+	if wait != nil {
+		for _, c := range retry {
+			c.doubt = nil
+		}
+		checkWait(retry)
+	}
 }
 
 // batcher's senders start when calls wait and no sender is free, and stop
 // after a moment without work, so an idle Coalescer holds no goroutines.
 type batcher struct {
+	c        *Coalescer // its pipelines go out through c.runScripts
 	rdb      redis.UniversalClient
 	queue    chan *call
 	max      int32
@@ -79,17 +101,23 @@ type batcher struct {
 // senderIdle is how long a sender waits for work before it stops.
 const senderIdle = 200 * time.Millisecond
 
-func newBatcher(rdb redis.UniversalClient, pipelines int) *batcher {
-	return &batcher{rdb: rdb, queue: make(chan *call, 4096), max: int32(pipelines)}
+func newBatcher(c *Coalescer, pipelines int) *batcher {
+	return &batcher{c: c, rdb: c.rdb, queue: make(chan *call, 4096), max: int32(pipelines)}
 }
 
-// eval runs script through the batch queue and returns its reply. A call
-// with no other under way goes straight out on the caller's goroutine: a lone
-// caller pays nothing for batching.
-func (b *batcher) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+// eval runs script through the batch queue and returns its reply and its
+// replication doubt (replication.go). A call with no other under way goes
+// straight out on the caller's goroutine: a lone caller pays nothing for
+// batching.
+func (b *batcher) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
 	defer b.inflight.Add(-1)
 	if b.inflight.Add(1) == 1 {
-		return script.Run(ctx, b.rdb, keys, args...)
+		if !b.c.repl.active(ctx) {
+			return script.Run(ctx, b.rdb, keys, args...), nil
+		}
+		sc := &scriptCall{script: script, keys: keys, args: args}
+		b.c.runScripts(ctx, []*scriptCall{sc}, nil)
+		return sc.cmd, sc.doubt
 	}
 	c := &call{ctx: ctx, scriptCall: scriptCall{script: script, keys: keys, args: args}, done: make(chan struct{}, 1)}
 	select {
@@ -97,11 +125,11 @@ func (b *batcher) eval(ctx context.Context, script *redis.Script, keys []string,
 	case <-ctx.Done():
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(ctx.Err())
-		return cmd
+		return cmd, nil
 	}
 	b.wake()
 	<-c.done // always answered: a sender answers every call it takes
-	return c.cmd
+	return c.cmd, c.doubt
 }
 
 // wake starts a sender when calls wait and fewer than max senders run.
@@ -161,7 +189,7 @@ func (b *batcher) run(batch []*call) {
 		live = append(live, &c.scriptCall)
 	}
 	if len(live) > 0 {
-		evalPipelined(ctx, b.rdb, live, nil)
+		b.c.runScripts(ctx, live, nil)
 	}
 	for _, c := range batch {
 		c.done <- struct{}{}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -68,6 +69,11 @@ type Config struct {
 	// MaxLocalRounds bounds the rounds remembered for local joins (default
 	// DefaultMaxLocalRounds).
 	MaxLocalRounds int
+
+	// Replication makes a decision wait until replicas confirm it (Redis
+	// WAIT), so that a failover cannot lose it: by default whenever the
+	// primary has a replica (replication.go).
+	Replication Replication
 }
 
 // maxAger is a Publisher that knows how long its stream keeps a job.
@@ -106,6 +112,10 @@ type Hooks struct {
 	// the other layout (the policy's payload changed with rounds pending):
 	// it joined that round.
 	LayoutMismatch func(jobType string)
+	// Replication is called for each decision (and take) the replicas did
+	// not confirm in time (an error matching ErrNotReplicated); fail says
+	// whether it then stood (open) or was refused (closed).
+	Replication func(jobType string, fail FailMode, err error)
 }
 
 // Coalescer decides, per event, whether it opens a round or joins the one
@@ -130,6 +140,9 @@ type Coalescer struct {
 	mismatched sync.Map
 	store      storeState  // the Redis's identity, once read (store.go)
 	local      *localState // nil: local joins off (local.go)
+	repl       *replState  // nil: replication acks off (replication.go)
+	// doubtLogged: unix ns of the last replication doubt logged.
+	doubtLogged atomic.Int64
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
@@ -193,6 +206,10 @@ func New(cfg Config) (*Coalescer, error) {
 	if err := c.setLocal(cfg); err != nil {
 		return nil, err
 	}
+	var err error
+	if c.repl, err = newReplState(cfg.Replication, c.rdb, c.log); err != nil {
+		return nil, err
+	}
 
 	if clientRetries(c.rdb) {
 		if !cfg.AllowResends {
@@ -202,9 +219,9 @@ func New(cfg Config) (*Coalescer, error) {
 	}
 	switch {
 	case cfg.Pipelines == 0:
-		c.batch = newBatcher(c.rdb, DefaultPipelines)
+		c.batch = newBatcher(c, DefaultPipelines)
 	case cfg.Pipelines > 0:
-		c.batch = newBatcher(c.rdb, cfg.Pipelines)
+		c.batch = newBatcher(c, cfg.Pipelines)
 	}
 	for _, p := range cfg.Policies {
 		cp, err := compile(p, c.maxAge)

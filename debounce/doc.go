@@ -75,6 +75,21 @@
 // applies once). Call Flush before a producer stops. local.go has the details; LocalStats counts
 // what it did.
 //
+// # Replicas and failover
+//
+// Redis replicates asynchronously: a failover promotes a replica that may
+// lack the last writes. With Config.Replication (on by default whenever the
+// primary has a replica) every script call that decides an event, flushes
+// local joins or takes a round at its job's start is followed, on the same
+// connection, by WAIT for a replica's confirmation (replication.go); on a
+// Cluster, per shard. An answered event is then on a replica too, and a
+// round whose job started cannot come back pending after a failover. A wait
+// that falls short is a doubt (ErrNotReplicated): refused under fail:
+// closed (the event may be in its round all the same), counted under fail:
+// open (Hooks.Replication). Without acks, a FailoverWatch notices a new
+// primary within a Check and Reaper.Reconcile publishes again, at once, the
+// job of every round past due whose message is gone.
+//
 // # Two layouts
 //
 // A round is one Redis key in one of two layouts, chosen by the policy

@@ -303,7 +303,7 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 	for i, fc := range calls {
 		sc[i] = &fc.scriptCall
 	}
-	evalPipelined(ctx, c.rdb, sc, func(pipe redis.Pipeliner) {
+	c.runScripts(ctx, sc, func(pipe redis.Pipeliner) {
 		for _, m := range acked {
 			pipe.Unlink(ctx, m)
 		}
@@ -314,6 +314,15 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 	var unsent []*flushCall
 	var answered []string
 	for _, fc := range calls {
+		if fc.doubt != nil {
+			// Applied on the primary, not confirmed by its replicas: a
+			// failover now would lose these counts, never the events'
+			// coverage (their rounds' jobs still run after them).
+			if c.hooks.Replication != nil {
+				c.hooks.Replication(fc.rounds[0].lr.lk.p.Type, FailOpen, fc.doubt)
+			}
+			fc.doubt = nil
+		}
 		res, err := fc.cmd.Int64Slice()
 		if err == nil && len(res) != len(fc.rounds)*(1+b2i(fc.hash)) {
 			err = fmt.Errorf("flush: %d replies for %d rounds", len(res), len(fc.rounds))

@@ -206,7 +206,7 @@ func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKe
 		if token.isHashToken() {
 			op = "cancel"
 		}
-		rel, err := c.releaseRound(ctx, job, op)
+		rel, _, err := c.releaseRound(ctx, job, op) // a cancel's doubt: the round stays cancelled on the primary
 		if err != nil {
 			return r, "", fmt.Errorf("%w: cancel %s %s: %w", ErrStoreUnavailable, jobType, key, err)
 		}

@@ -20,7 +20,9 @@ type layout interface {
 	backout(ctx context.Context, c *Coalescer, r reply) (int, error)
 	// release closes a job's round: "take" at its start, "release" or
 	// "cancel".
-	release(ctx context.Context, c *Coalescer, job Job, op string) (Release, error)
+	// Its doubt: with replication acks, the replicas did not confirm the
+	// write in time (replication.go).
+	release(ctx context.Context, c *Coalescer, job Job, op string) (rel Release, doubt error, err error)
 	// other is the other layout: a key holding a round of it is joined in it.
 	other() layout
 }

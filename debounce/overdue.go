@@ -32,15 +32,16 @@ const noteAfter = 500 * time.Millisecond
 // waits for a worker (then nothing comes of it) or the stream lost it (or, a
 // Redis restored from an older snapshot, the job already ran), and the
 // reaper needs the identity to publish it again once it is RepairAfter
-// overdue. At most once per round and process; a failure is retried by the
-// next event.
+// overdue. At most once per round and process every noteAgain (a failover
+// can bring a round back without the identity written for it); a failure
+// is retried by the next event.
 func (c *Coalescer) noteIfOverdue(ctx context.Context, p *compiled, job Job, now time.Time) {
 	if !now.After(dueOf(job).Add(noteAfter)) {
 		return
 	}
 	rkey := c.jobRedisKey(job)
 	id := rkey + "/" + job.Token.String()
-	if c.overdue.has(id) {
+	if c.overdue.has(id, now) {
 		return
 	}
 	exp, rnd := job.Token.packedParts()
@@ -50,30 +51,44 @@ func (c *Coalescer) noteIfOverdue(ctx context.Context, p *compiled, job Job, now
 			"job_type", p.Type, "key", job.Key.String(), "token", job.Token.String(), "err", err)
 		return
 	}
-	c.overdue.add(id)
+	c.overdue.add(id, now)
 }
 
+// noteAgain: an overdue round's identity is written again after this long,
+// should an event still find it overdue: a failover without replica acks
+// can bring back a round (its job ran, its take was lost) without the
+// identity written before.
+const noteAgain = 10 * time.Second
+
 // overdueSet remembers, boundedly, the overdue rounds whose identity this
-// process has written.
+// process has written, and when.
 type overdueSet struct {
 	mu sync.Mutex
-	m  map[string]struct{}
+	m  map[string]time.Time
 }
 
 const maxOverdueRemembered = 1 << 16
 
-func (s *overdueSet) has(id string) bool {
+func (s *overdueSet) has(id string, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.m[id]
-	return ok
+	at, ok := s.m[id]
+	return ok && now.Sub(at) < noteAgain
 }
 
-func (s *overdueSet) add(id string) {
+func (s *overdueSet) add(id string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil || len(s.m) >= maxOverdueRemembered {
-		s.m = make(map[string]struct{}, 64) // forget: writing again is harmless
+		s.m = make(map[string]time.Time, 64) // forget: writing again is harmless
 	}
-	s.m[id] = struct{}{}
+	s.m[id] = now
+}
+
+// reset forgets every round (a new primary: none of the identities written
+// may be there).
+func (s *overdueSet) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m = nil
 }

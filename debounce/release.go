@@ -200,9 +200,40 @@ func (c *Coalescer) jobRedisKey(job Job) string {
 }
 
 func (c *Coalescer) release(ctx context.Context, job Job, op string) (Release, error) {
-	rel, err := c.releaseRound(ctx, job, op)
+	if p, ok := c.policies[job.Type]; ok && op == "take" && p.Fail == FailClosed {
+		if err := c.noReplica(ctx, c.jobRedisKey(job)); err != nil {
+			// Its primary has no replica: the take would be a doubt. The
+			// round stays pending (events go on joining it) and the job's
+			// delivery comes again.
+			if c.hooks.Replication != nil {
+				c.hooks.Replication(job.Type, FailClosed, err)
+			}
+			return Release{}, fmt.Errorf("%w: take %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
+		}
+	}
+	rel, doubt, err := c.releaseRound(ctx, job, op)
 	if err != nil {
 		return rel, fmt.Errorf("%w: release %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
+	}
+	if doubt != nil && op == "take" && (rel.Result == ReleaseReleased || rel.Result == ReleaseRetry) {
+		// Taken on the primary, not confirmed by its replicas: a failover
+		// now would bring the round back pending, and its job would run
+		// again. Under fail: closed the job waits (its next delivery finds
+		// the round taken and waits for the replicas again); under fail:
+		// open it runs, counted.
+		fail := FailOpen
+		if p, ok := c.policies[job.Type]; ok {
+			fail = p.Fail
+		}
+		if c.hooks.Replication != nil {
+			c.hooks.Replication(job.Type, fail, doubt)
+		}
+		if fail == FailClosed {
+			// Not an attempt: the next delivery counts again (else an
+			// outage of the replicas would dead-letter the job).
+			_ = uncountStartScript.Run(ctx, c.rdb, []string{c.takenKey(job)}).Err()
+			return Release{}, fmt.Errorf("%w: take %s round %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, doubt)
+		}
 	}
 	if c.hooks.Release != nil {
 		c.hooks.Release(job.Type, rel.Result, rel.Summary)
@@ -222,12 +253,12 @@ func (c *Coalescer) nextWindow(job Job, op string) (string, int64, uint64) {
 	return redisKey(c.prefix, p.mix, job.Key, ""), p.Window.Milliseconds(), uint64(packOpen(newRnd())) | packPub
 }
 
-func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Release, error) {
+func (c *Coalescer) releaseRound(ctx context.Context, job Job, op string) (Release, error, error) {
 	return layoutOfToken(job.Token).release(ctx, c, job, op)
 }
 
-// release closes a packed round (release_packed.lua).
-func (packedLayout) release(ctx context.Context, c *Coalescer, job Job, op string) (Release, error) {
+// release closes a packed round (release_packed.lua); doubt as runDoubt's.
+func (packedLayout) release(ctx context.Context, c *Coalescer, job Job, op string) (rel Release, doubt error, err error) {
 	key := c.jobRedisKey(job)
 	wkey, wms, wval := c.nextWindow(job, op)
 	exp, rnd := job.Token.packedParts()
@@ -239,22 +270,23 @@ func (packedLayout) release(ctx context.Context, c *Coalescer, job Job, op strin
 	if !job.DueAt.IsZero() {
 		due = job.DueAt.UnixMilli()
 	}
-	res, err := releasePackedScript.Run(ctx, c.rdb, keys,
+	cmd, doubt := c.runDoubt(ctx, releasePackedScript, keys,
 		exp, rnd, op, TakenRetention.Milliseconds(), job.Version, wms, wval,
-		due, c.now().UnixMilli(), c.slack.Milliseconds()).Int64Slice()
+		due, c.now().UnixMilli(), c.slack.Milliseconds())
+	res, err := cmd.Int64Slice()
 	if err != nil {
-		return Release{}, err
+		return Release{}, nil, err
 	}
 	switch res[0] {
 	case closeNotDue:
 		// Delivered before its due time by this worker's clock: a packed
 		// round's due time never moves, so there is nothing to publish
 		// again (Version 0); the delivery is retried at DueAt.
-		return Release{Result: ReleaseNotDue, DueAt: msTime(res[1])}, nil
+		return Release{Result: ReleaseNotDue, DueAt: msTime(res[1])}, doubt, nil
 	case closeSuperseded:
-		return Release{Result: ReleaseSuperseded}, nil
+		return Release{Result: ReleaseSuperseded}, doubt, nil
 	case closeDone:
-		return Release{Result: ReleaseDone}, nil
+		return Release{Result: ReleaseDone}, doubt, nil
 	case closeClosed, closeRetry:
 		v := packed(res[1])
 		last := v.lastSeen(exp, job.TTL)
@@ -270,49 +302,50 @@ func (packedLayout) release(ctx context.Context, c *Coalescer, job Job, op strin
 		if len(res) > 2 {
 			starts = int(res[2])
 		}
-		return Release{Result: result, Starts: starts, Summary: Summary{Events: v.count(), FirstSeen: first, LastSeen: last}}, nil
+		return Release{Result: result, Starts: starts, Summary: Summary{Events: v.count(), FirstSeen: first, LastSeen: last}}, doubt, nil
 	case closeStale:
-		return Release{Result: ReleaseStaleToken}, nil
+		return Release{Result: ReleaseStaleToken}, doubt, nil
 	default:
-		return Release{Result: ReleaseMissing}, nil
+		return Release{Result: ReleaseMissing}, doubt, nil
 	}
 }
 
-// release closes a hash round (take_round.lua).
-func (hashLayout) release(ctx context.Context, c *Coalescer, job Job, op string) (Release, error) {
+// release closes a hash round (take_round.lua); doubt as runDoubt's.
+func (hashLayout) release(ctx context.Context, c *Coalescer, job Job, op string) (rel Release, doubt error, err error) {
 	key := c.jobRedisKey(job)
 	wkey, wms, wval := c.nextWindow(job, op)
 	keys := []string{key, c.takenKey(job), c.doneKey(job)}
 	if wkey != "" {
 		keys = append(keys, wkey)
 	}
-	res, err := takeRoundScript.Run(ctx, c.rdb, keys,
-		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op, TakenRetention.Milliseconds(), job.Version, wms, wval).Slice()
+	cmd, doubt := c.runDoubt(ctx, takeRoundScript, keys,
+		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op, TakenRetention.Milliseconds(), job.Version, wms, wval)
+	res, err := cmd.Slice()
 	if err != nil {
-		return Release{}, err
+		return Release{}, nil, err
 	}
 	status, _ := res[0].(int64)
 	switch status {
 	case closeSuperseded:
-		return Release{Result: ReleaseSuperseded}, nil
+		return Release{Result: ReleaseSuperseded}, doubt, nil
 	case closeDone:
-		return Release{Result: ReleaseDone}, nil
+		return Release{Result: ReleaseDone}, doubt, nil
 	case closeClosed:
 		rel := Release{Result: ReleaseReleased, Summary: summaryFromHash(res[1:])}
 		if op == "take" {
 			rel.Starts = 1
 		}
-		return rel, nil
+		return rel, doubt, nil
 	case closeRetry:
-		return Release{Result: ReleaseRetry, Summary: summaryFromHash(res[1:]), Starts: startsFromHash(res[1:])}, nil
+		return Release{Result: ReleaseRetry, Summary: summaryFromHash(res[1:]), Starts: startsFromHash(res[1:])}, doubt, nil
 	case closeNotDue:
 		due, _ := res[1].(int64)
 		version, _ := res[2].(int64)
-		return Release{Result: ReleaseNotDue, DueAt: msTime(due), Version: int(version)}, nil
+		return Release{Result: ReleaseNotDue, DueAt: msTime(due), Version: int(version)}, doubt, nil
 	case closeStale:
-		return Release{Result: ReleaseStaleToken}, nil
+		return Release{Result: ReleaseStaleToken}, doubt, nil
 	default:
-		return Release{Result: ReleaseMissing}, nil
+		return Release{Result: ReleaseMissing}, doubt, nil
 	}
 }
 

@@ -40,6 +40,8 @@ var (
 	flushPackedLua string
 	//go:embed scripts/flush_round.lua
 	flushRoundLua string
+	//go:embed scripts/uncount_start.lua
+	uncountStartLua string
 
 	openPackedScript    = redis.NewScript(openPackedLua)
 	releasePackedScript = redis.NewScript(releasePackedLua)
@@ -56,6 +58,7 @@ var (
 	storeIdentityScript = redis.NewScript(storeIdentityLua)
 	flushPackedScript   = redis.NewScript(flushPackedLua)
 	flushRoundScript    = redis.NewScript(flushRoundLua)
+	uncountStartScript  = redis.NewScript(uncountStartLua)
 )
 
 // The statuses of the scripts that close a round (release_packed.lua and

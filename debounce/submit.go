@@ -85,6 +85,9 @@ type reply struct {
 	fire      bool      // accumulate filled: publish again, due now, with version
 	version   int
 	rkey      string // the Redis key the token belongs to (round or throttle window)
+	// doubt: the replicas did not confirm this write in time
+	// (replication.go); the reply is the primary's all the same.
+	doubt error
 }
 
 // Script statuses, shared by both layouts.
@@ -153,9 +156,9 @@ func (c *Coalescer) submit(ctx context.Context, ev Event) (Decision, error) {
 	return c.submitPrepared(ctx, pr)
 }
 
-func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (Decision, error) {
+func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision, err error) {
 	ev, p, fp, key, item := pr.ev, pr.p, pr.fp, pr.key, pr.item
-	d := Decision{Type: ev.Type, Key: key, Fingerprint: fp}
+	d = Decision{Type: ev.Type, Key: key, Fingerprint: fp}
 	now := c.now()
 	job := Job{
 		Type: p.Type, Key: key, Fingerprint: fp, Mode: p.Mode, Payload: p.Payload,
@@ -181,7 +184,21 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (Decision, 
 			}()
 		}
 	}
+	if p.Fail == FailClosed {
+		if err := c.noReplica(ctx, c.keys(p, key)[0]); err != nil {
+			c.onDoubt(ctx, p, key, err) // counted; refused below, nothing written
+			return d, fmt.Errorf("debounce: submit %s %s: %w", p.Type, key, err)
+		}
+	}
 	r, err := p.layout.open(ctx, c, p, job, now, item)
+	defer func() {
+		// The decision stands on the primary; its replicas did not confirm
+		// it in time: refused under fail: closed (the event may be in its
+		// round all the same), counted under fail: open.
+		if err == nil && r.doubt != nil {
+			err = c.onDoubt(ctx, p, key, r.doubt)
+		}
+	}()
 	if isWrongType(err) {
 		// The key holds a round of the other layout: the policy's payload
 		// changed (first <-> last/accumulate) while a round opened under
@@ -208,7 +225,7 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (Decision, 
 		}
 		d.DueAt = r.due
 		d, err = c.publishOpened(ctx, p, d, job, r)
-		if err == nil && opener != nil {
+		if err == nil && opener != nil && r.doubt == nil {
 			c.learn(opener, p, d, r, now)
 			opener = nil
 		}
@@ -249,7 +266,7 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (Decision, 
 	case !p.hash && r.status == statusJoined && p.releasedByJob():
 		c.noteIfOverdue(ctx, p, job, now)
 	}
-	if opener != nil {
+	if opener != nil && r.doubt == nil {
 		c.learn(opener, p, d, r, now)
 		opener = nil
 	}
@@ -346,12 +363,12 @@ func (c *Coalescer) keys(p *compiled, key RoundKey) []string {
 	return []string{redisKey(c.prefix, p.mix, key, "")}
 }
 
-// eval runs a script, batched with concurrent calls when batching is on.
+// eval runs a script, batched with concurrent calls when batching is on;
+// a replication doubt (replication.go) is not reported: for writes that
+// need none.
 func (c *Coalescer) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if c.batch == nil {
-		return s.Run(ctx, c.rdb, keys, args...)
-	}
-	return c.batch.eval(ctx, s, keys, args...)
+	cmd, _ := c.evalDoubt(ctx, s, keys, args...)
+	return cmd
 }
 
 func newRnd() uint64 { return 1 + rand.Uint64N(1<<packRndBits-1) }
@@ -367,7 +384,8 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 			boolArg(p.Trailing), p.trailingLife.Milliseconds())
 	}
 	keys := c.keys(p, key)
-	res, err := c.eval(ctx, openPackedScript, keys, args...).Int64Slice()
+	cmd, doubt := c.evalDoubt(ctx, openPackedScript, keys, args...)
+	res, err := cmd.Int64Slice()
 	if err != nil {
 		return reply{}, err
 	}
@@ -381,6 +399,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 		count:     v.count(),
 		published: v.published(),
 		rkey:      keys[0],
+		doubt:     doubt,
 	}
 	if r.status == statusLeading || r.status == statusThrottled {
 		r.rkey = keys[1]
@@ -427,7 +446,8 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 		argv = append(argv, uint64(packOpen(newRnd())), p.Window.Milliseconds(), p.trailingLife.Milliseconds())
 	}
 	keys := c.keys(p, key)
-	res, err := c.eval(ctx, openRoundScript, keys, argv...).Slice()
+	cmd, doubt := c.evalDoubt(ctx, openRoundScript, keys, argv...)
+	res, err := cmd.Slice()
 	if err != nil {
 		return reply{}, err
 	}
@@ -439,7 +459,7 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 		v := packed(ints[1])
 		return reply{
 			status: statusLeading, token: packedToken(ints[2], v.rnd()), count: 1,
-			openedAt: now, rkey: keys[1],
+			openedAt: now, rkey: keys[1], doubt: doubt,
 		}, nil
 	}
 	if len(ints) != 8 {
@@ -455,6 +475,7 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 		fire:      ints[6] == 1,
 		version:   int(ints[7]),
 		rkey:      keys[0],
+		doubt:     doubt,
 	}, nil
 }
 

@@ -183,6 +183,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		dcfg := debounce.Config{Redis: conns.Redis, Publisher: pub, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix}
 		cfg.Local.Apply(&dcfg)
+		cfg.Redis.Replicas.Apply(&dcfg)
 		co, err = debounce.New(dcfg)
 		if err != nil {
 			return err

@@ -140,6 +140,10 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	// A failover can bring back as pending a round whose job already ran
+	// (without replication acks): reconcile at once, not at the daemon's
+	// next reaper pass.
+	go daemon.ReconcileOnFailover(ctx, conns.Coalescer, m, log)
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {

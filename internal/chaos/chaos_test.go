@@ -41,6 +41,12 @@ type scenario struct {
 	embedded bool
 	// natsCluster: three clustered nats-servers, the stream with 3 replicas.
 	natsCluster bool
+	// sentinel: Redis is a primary and a replica watched by three
+	// Sentinels, every process reaching it through the Sentinels;
+	// redisCluster: a Redis Cluster of three primaries with a replica each.
+	// acks is redis.replicas.acks (auto or off).
+	sentinel, redisCluster bool
+	acks                   string
 }
 
 func scenarios() []scenario {
@@ -116,6 +122,18 @@ func scenarios() []scenario {
 			s.fault = faultRestartRedis
 		}),
 		with(base, func(s *scenario) {
+			s.name, s.desc, s.short, s.fail = "16a-sentinel-acks", "fail: closed, replica acks auto; a primary, a replica and 3 Sentinels: every 8-15s hold the replica's link back 1-3s, SIGKILL the primary, the Sentinels promote the replica, the old primary comes back as a replica", 16*time.Second, "closed"
+			s.sentinel, s.acks, s.fault = true, "auto", faultSentinelFailover
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.short = "16b-sentinel-no-acks", "as 16a with replica acks off (fail: open): what the replica had not received is lost, rounds taken in that time come back", 16*time.Second
+			s.sentinel, s.acks, s.fault = true, "off", faultSentinelFailover
+		}),
+		with(base, func(s *scenario) {
+			s.name, s.desc, s.short, s.fail = "17-redis-cluster-failover", "fail: closed, replica acks auto; a Redis Cluster of 3 primaries with a replica each: every 8-15s SIGKILL a random primary, its replica is promoted (cluster-node-timeout 2s), the old one comes back as a replica", 16*time.Second, "closed"
+			s.redisCluster, s.acks, s.fault = true, "auto", faultClusterFailover
+		}),
+		with(base, func(s *scenario) {
 			s.name, s.desc, s.short = "13-nats-cluster-leader", "3 clustered nats-servers, stream replicas 3; every 4-7s SIGKILL the stream's leader, start it again after 1-2s", 10*time.Second
 			s.natsCluster, s.fault = true, faultKillStreamLeader
 		}),
@@ -181,6 +199,98 @@ func faultRestartEmbedded(kill bool) func(ctx context.Context, e *env) {
 				e.t.Errorf("restart the embedded daemon: %v", err)
 			}
 		}
+	}
+}
+
+// faultSentinelFailover, every 8-15s: holds the replica's link back for
+// 1-3s, SIGKILLs the primary (what its front proxy held goes with it),
+// waits for the Sentinels to promote the replica, and starts the old
+// primary again: the Sentinels make it a replica of the new one.
+func faultSentinelFailover(ctx context.Context, e *env) {
+	for sleepCtx(ctx, between(8*time.Second, 15*time.Second)) {
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		addr, err := e.sentinels.Primary(pctx)
+		cancel()
+		if err != nil {
+			e.note("no primary to fail over: %v", err)
+			continue
+		}
+		var primary *testenv.RedisNode
+		for _, n := range e.nodes {
+			if n.Addr == addr {
+				primary = n
+			}
+		}
+		if primary == nil {
+			e.t.Errorf("the sentinels name %s, no node of ours", addr)
+			return
+		}
+		held := time.Now().UnixNano()
+		primary.HoldReplicas(true)
+		hold := between(time.Second, 3*time.Second)
+		e.note("replica link of %s held back for %v", addr, hold)
+		time.Sleep(hold)
+		primary.Front.DropAll()
+		primary.Stop()
+		killed := time.Now().UnixNano()
+		primary.HoldReplicas(false)
+		if e.acksOff {
+			e.mu.Lock()
+			e.failoverLoss = append(e.failoverLoss, Interval{From: held - int64(time.Second), To: killed})
+			e.mu.Unlock()
+		}
+		e.note("SIGKILL the primary %s", addr)
+		wctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		next, err := e.sentinels.WaitPrimary(wctx, addr, 60*time.Second)
+		cancel()
+		if err != nil {
+			e.t.Errorf("failover: %v", err)
+			return
+		}
+		e.note("the sentinels promoted %s", next)
+		time.Sleep(between(500*time.Millisecond, 1500*time.Millisecond))
+		if err := primary.Start(); err != nil {
+			e.t.Errorf("restart the old primary: %v", err)
+		}
+		e.note("%s started again (to be a replica)", addr)
+	}
+}
+
+// faultClusterFailover, every 8-15s: SIGKILLs a random primary of the Redis
+// Cluster, waits until its replica is promoted, and starts it again: it
+// rejoins as the new primary's replica.
+func faultClusterFailover(ctx context.Context, e *env) {
+	for sleepCtx(ctx, between(8*time.Second, 15*time.Second)) {
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		primaries, err := e.rcluster.Primaries(pctx)
+		cancel()
+		if err != nil || len(primaries) == 0 {
+			e.note("no primary to fail over: %v", err)
+			continue
+		}
+		victim := primaries[rand.IntN(len(primaries))]
+		e.rcluster.Kill(victim)
+		e.note("SIGKILL the cluster primary %s", victim)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			now, err := e.rcluster.Primaries(pctx)
+			cancel()
+			if err == nil && len(now) == len(primaries) && !slices.Contains(now, victim) {
+				e.note("a replica took over from %s", victim)
+				break
+			}
+			if time.Now().After(deadline) {
+				e.t.Errorf("no replica took over from %s within 60s", victim)
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		time.Sleep(between(500*time.Millisecond, 1500*time.Millisecond))
+		if err := e.rcluster.Restart(victim); err != nil {
+			e.t.Errorf("restart %s: %v", victim, err)
+		}
+		e.note("%s started again (to be a replica)", victim)
 	}
 }
 
@@ -402,7 +512,7 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 		}
 	}
 	res := Check(Input{Events: events, Starts: e.starts, RedisLoss: e.redisLoss, SnapshotLoss: e.snapshotLoss, ClockSlack: slack,
-		Resubmitted: resubmitted, ProducerKills: kills,
+		Resubmitted: resubmitted, ProducerKills: kills, FailoverLoss: e.failoverLoss,
 		Throttle:   map[string]time.Duration{"throttle": throttleWindow},
 		Accumulate: map[string]bool{"accum": true}, Last: map[string]bool{"extend": true}})
 	if err := writeEvents(filepath.Join(e.dir, "events.jsonl"), events); err != nil {
@@ -436,6 +546,15 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 	}
 	for _, d := range res.CollisionDetail {
 		t.Logf("TOKEN COLLISION: %s", d)
+	}
+	for _, d := range res.RunTwiceDetail {
+		t.Logf("RUN TWICE: %s", d)
+	}
+	t.Logf("accept-to-job p50/p99/max %v / %v / %v; rounds taken fresh twice %d, items in two jobs %d",
+		res.AcceptToJobP50.Round(time.Millisecond), res.AcceptToJobP99.Round(time.Millisecond), res.AcceptToJobMax.Round(time.Millisecond),
+		res.RoundsRunTwice, res.ItemsTwice)
+	if (sc.sentinel || sc.redisCluster) && sc.acks != "off" && (res.RoundsRunTwice > 0 || res.LostExplained[CauseFailover] > 0) {
+		t.Errorf("failover with replica acks: %d rounds run twice (%d items in two jobs), %d events lost", res.RoundsRunTwice, res.ItemsTwice, res.LostExplained[CauseFailover])
 	}
 	if n := len(e.faults); n > 0 {
 		show := e.faults
@@ -561,8 +680,9 @@ func renderReport(rows []row, mode string, wall time.Duration) string {
 		for _, k := range keys {
 			parts = append(parts, fmt.Sprintf("%s: %d", k, r.res.Errors[k]))
 		}
-		fmt.Fprintf(&b, "- %s: not accepted {%s}; job starts by release %v; rounds run with no accepted event %d; repeat starts %d; I2 overlaps disproved by an intact release %d (largest release-to-log gap %v); round tokens shared by two keys %d (lost events in them %d); throttle windows overlapping nominally %d (by up to %v; %d over before their SET ran); exclusive-key jobs running at once %d (%d explained) of %d that ended; %d fault actions\n",
-			r.sc.name, strings.Join(parts, ", "), r.res.Releases, r.res.UnacceptedRan, r.res.RepeatStarts,
+		fmt.Fprintf(&b, "- %s: accept-to-job p50/p99/max %v / %v / %v; rounds taken fresh twice %d (items in two jobs %d); not accepted {%s}; job starts by release %v; rounds run with no accepted event %d; repeat starts %d; I2 overlaps disproved by an intact release %d (largest release-to-log gap %v); round tokens shared by two keys %d (lost events in them %d); throttle windows overlapping nominally %d (by up to %v; %d over before their SET ran); exclusive-key jobs running at once %d (%d explained) of %d that ended; %d fault actions\n",
+			r.sc.name, r.res.AcceptToJobP50.Round(time.Millisecond), r.res.AcceptToJobP99.Round(time.Millisecond), r.res.AcceptToJobMax.Round(time.Millisecond),
+			r.res.RoundsRunTwice, r.res.ItemsTwice, strings.Join(parts, ", "), r.res.Releases, r.res.UnacceptedRan, r.res.RepeatStarts,
 			r.res.Artifacts, r.res.ArtifactMax.Round(time.Millisecond), r.res.TokenCollisions, r.res.LostToCollisions, r.res.StaleWindows, r.res.StaleMax, r.res.BornExpired,
 			r.overlaps, r.overlapsExplained, r.overlapsChecked, r.faults)
 	}

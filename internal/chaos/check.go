@@ -40,6 +40,11 @@ type Input struct {
 	// ProducerKills: the SIGKILLs of producers (p0, p1: the index of
 	// EventRecord.Producer).
 	ProducerKills []Kill
+	// FailoverLoss: each Redis failover without replica acks: from a moment
+	// before the replica's link was held back to the SIGKILL of the
+	// primary. A write applied in it may be missing on the promoted replica
+	// (documented: what acks are for).
+	FailoverLoss []Interval
 }
 
 // Kill is a producer's SIGKILL.
@@ -83,6 +88,10 @@ const (
 	// its flush: its round's job covers it, but the round's count lacks it
 	// (the documented crash window of local joins).
 	CauseUnflushed = "local join of a producer killed before its flush"
+	// CauseFailover: a write applied while the replica's link was held
+	// back, before the primary was killed and the replica promoted, with
+	// replica acks off: the promoted replica never had it (documented).
+	CauseFailover = "redis failover without replica acks"
 )
 
 // Result is what the checks found in one scenario.
@@ -146,6 +155,16 @@ type Result struct {
 	StaleMax        time.Duration
 	BornExpired     int
 	CollisionDetail []string
+
+	// RoundsRunTwice: rounds (tokens) whose job took them fresh ("released")
+	// more than once: the round came back pending after its job started (a
+	// failover lost the take). ItemsTwice: accumulate items of such a round
+	// that were in its first job and in a later one.
+	RoundsRunTwice, ItemsTwice int
+	RunTwiceDetail             []string
+	// From an accepted event's answer to the first job start of its round
+	// after it was sent (events whose round never started left out).
+	AcceptToJobP50, AcceptToJobP99, AcceptToJobMax time.Duration
 }
 
 func roundID(typ, key, token string) string { return typ + "/" + key + "/" + token }
@@ -287,6 +306,10 @@ func Check(in Input) Result {
 		}
 		if !covered && snapshotCause(e.Sent, e.Done, in) != "" {
 			r.LostExplained[CauseSnapshot]++
+			covered = true
+		}
+		if !covered && failoverCause(e.Sent, e.Done, in) != "" {
+			r.LostExplained[CauseFailover]++
 			covered = true
 		}
 		if !covered {
@@ -473,6 +496,8 @@ func Check(in Input) Result {
 		addDetail(&r.CollisionDetail, fmt.Sprintf("token %s used by %d rounds (%s), %d of them lost", tok, len(keys), strings.Join(names, ", "), lost))
 	}
 
+	checkTwice(in, &r, byRound)
+
 	// Schedule lateness: the first start of each scheduled round.
 	var late []time.Duration
 	for _, ss := range byRound {
@@ -487,6 +512,54 @@ func Check(in Input) Result {
 		r.LateMax = late[len(late)-1]
 	}
 	return r
+}
+
+// checkTwice counts the rounds whose job took them fresh more than once and
+// their items in two jobs, and measures accept-to-job delays.
+func checkTwice(in Input, r *Result, byRound map[string][]JobStart) {
+	for rid, ss := range byRound {
+		var fresh []JobStart
+		for _, s := range ss {
+			if s.Release == "released" {
+				fresh = append(fresh, s)
+			}
+		}
+		if len(fresh) < 2 {
+			continue
+		}
+		r.RoundsRunTwice++
+		twice := 0
+		for _, it := range fresh[0].ItemList {
+			for _, later := range fresh[1:] {
+				if slices.Contains(later.ItemList, it) {
+					twice++
+					break
+				}
+			}
+		}
+		r.ItemsTwice += twice
+		addDetail(&r.RunTwiceDetail, fmt.Sprintf("%s: taken fresh %d times (first %s, then %s), %d items in two jobs",
+			rid, len(fresh), ms(fresh[0].At), ms(fresh[1].At), twice))
+	}
+	var delays []time.Duration
+	for i := range in.Events {
+		e := &in.Events[i]
+		if !e.Accepted() || e.Round == "" || e.Outcome == "throttled" || e.Outcome == "bypassed" {
+			continue
+		}
+		for _, s := range byRound[roundID(e.Type, e.Key, e.Round)] {
+			if s.At > e.Sent {
+				delays = append(delays, time.Duration(max(s.At-e.Done, 0)))
+				break
+			}
+		}
+	}
+	if len(delays) > 0 {
+		slices.Sort(delays)
+		r.AcceptToJobP50 = delays[len(delays)/2]
+		r.AcceptToJobP99 = delays[len(delays)*99/100]
+		r.AcceptToJobMax = delays[len(delays)-1]
+	}
 }
 
 func msTime(unixMs int64) string {

@@ -391,6 +391,13 @@ type env struct {
 
 	redisKeeps bool // redis-server runs with persistence: a restart keeps the data
 
+	// Sentinel and Redis Cluster scenarios.
+	nodes        []*testenv.RedisNode // a primary and its replica
+	sentinels    *testenv.Sentinels
+	rcluster     *testenv.RedisCluster
+	acksOff      bool
+	failoverLoss []Interval
+
 	mu           sync.Mutex
 	redisLoss    []Interval
 	snapshotLoss []Interval // embedded daemon SIGKILLs: the interval its snapshot may lack
@@ -433,14 +440,25 @@ func (e *env) proxiesOf(server string) []*Proxy {
 func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 	t.Helper()
 	e := &env{t: t, dir: scenarioDir(t, sc.name), proxies: map[string]*Proxy{}, jobOffsets: map[string]int64{},
-		redisKeeps: len(sc.redisArgs) > 0}
+		redisKeeps: len(sc.redisArgs) > 0, acksOff: sc.acks == "off"}
 	cfg := filepath.Join(e.dir, "coalesce.yaml")
-	if err := os.WriteFile(cfg, []byte(policyYAML(sc)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	redisYAML := "" // a Redis every process reaches directly (Sentinel, Cluster)
 	redisAddr, natsAddr := "", ""
 	natsDirect := "" // URLs every process uses as they are (no proxy)
 	switch {
+	case sc.sentinel:
+		aof := []string{"--appendonly", "yes", "--appendfsync", "everysec"}
+		e.nodes = []*testenv.RedisNode{testenv.NewRedisNode(t, aof...), testenv.NewRedisNode(t, aof...)}
+		e.nodes[1].ReplicaOf(t, e.nodes[0])
+		e.sentinels = testenv.NewSentinels(t, 3, "coalesce", e.nodes[0])
+		e.nats = testenv.NATSProcess(t)
+		natsAddr = strings.TrimPrefix(e.nats.URL, "nats://")
+		redisYAML = fmt.Sprintf("redis:\n  sentinel:\n    master: coalesce\n    addrs: [%s]\n  replicas:\n    acks: %s\n", strings.Join(e.sentinels.Addrs, ", "), sc.acks)
+	case sc.redisCluster:
+		e.rcluster = testenv.NewClusterWithReplicas(t, "--appendonly", "yes", "--appendfsync", "everysec")
+		e.nats = testenv.NATSProcess(t)
+		natsAddr = strings.TrimPrefix(e.nats.URL, "nats://")
+		redisYAML = fmt.Sprintf("redis:\n  addrs: [%s]\n  replicas:\n    acks: %s\n", strings.Join(e.rcluster.Addrs, ", "), sc.acks)
 	case sc.embedded:
 		redisAddr, natsAddr = freeAddr(t), freeAddr(t)
 	case sc.natsCluster:
@@ -451,6 +469,9 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 		e.redis = testenv.NewRedisWith(t, sc.redisArgs...)
 		e.nats = testenv.NATSProcess(t)
 		redisAddr, natsAddr = e.redis.Addr, strings.TrimPrefix(e.nats.URL, "nats://")
+	}
+	if err := os.WriteFile(cfg, []byte(redisYAML+policyYAML(sc)), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	e.natsURL = cmp.Or(natsDirect, "nats://"+natsAddr)
 	producers, workers := []string{"p0", "p1"}, []string{"w0", "w1"}
@@ -463,7 +484,7 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 			continue
 		}
 		for server, target := range targets {
-			if server == "nats" && natsDirect != "" {
+			if server == "nats" && natsDirect != "" || server == "redis" && redisYAML != "" {
 				continue
 			}
 			p, err := NewProxy(target)
@@ -473,6 +494,12 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 			t.Cleanup(p.Close)
 			e.proxies[who+"."+server] = p
 		}
+	}
+	redisFor := func(who string) []string {
+		if redisYAML != "" {
+			return nil // the file's sentinel or cluster section
+		}
+		return []string{"--redis", "redis://" + e.proxies[who+".redis"].Addr() + "/0"}
 	}
 	natsFor := func(who string) string {
 		if natsDirect != "" {
@@ -487,17 +514,16 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 		if sc.embedded {
 			p.args = append(p.args, "--nats-listen", natsAddr, "--redis-listen", redisAddr, "--data", filepath.Join(e.dir, "data"))
 		} else {
-			p.args = append(p.args, "--redis", "redis://"+e.proxies[name+".redis"].Addr()+"/0", "--nats", natsFor(name))
+			p.args = append(append(p.args, redisFor(name)...), "--nats", natsFor(name))
 		}
 		e.producers = append(e.producers, p)
 	}
 	for _, name := range workers {
 		p := &proc{name: name, bin: bins.worker, dir: e.dir, addr: freeAddr(t), worker: true}
-		p.args = []string{"--config", cfg,
-			"--redis", "redis://" + e.proxies[name+".redis"].Addr() + "/0",
-			"--nats", natsFor(name),
+		p.args = append([]string{"--config", cfg}, redisFor(name)...)
+		p.args = append(p.args, "--nats", natsFor(name),
 			"--type", strings.Join(jobTypes, ","), "--name", name, "--metrics", p.addr,
-			"--ack-wait", "2s", "--sleep-max", sc.jobSleep.String()}
+			"--ack-wait", "2s", "--sleep-max", sc.jobSleep.String())
 		p.outArgs = func(n int) []string {
 			return []string{"--out", filepath.Join(e.dir, fmt.Sprintf("jobs-%s-%d.jsonl", name, n))}
 		}
@@ -583,6 +609,19 @@ func (e *env) heal() {
 	for _, p := range e.proxies {
 		p.Heal()
 	}
+	for _, n := range e.nodes {
+		n.HoldReplicas(false)
+		if err := n.Start(); err != nil {
+			e.t.Errorf("heal: redis node %s: %v", n.Addr, err)
+		}
+	}
+	if e.rcluster != nil {
+		for _, a := range e.rcluster.Addrs {
+			if err := e.rcluster.Restart(a); err != nil {
+				e.t.Errorf("heal: cluster node %s: %v", a, err)
+			}
+		}
+	}
 	for _, p := range append(append([]*proc(nil), e.producers...), e.workers...) {
 		if !p.running() {
 			if err := p.startRetry(e.t, 5); err != nil {
@@ -665,7 +704,9 @@ func (e *env) streamState(ctx context.Context) (sched, jobs, dead uint64, err er
 func (e *env) quiesce(events []EventRecord, limit time.Duration) (waited time.Duration, settled bool, dead uint64) {
 	start := time.Now()
 	need := map[string]int64{} // round (type/key/token) -> latest send of an event in it
-	killed := Input{SnapshotLoss: e.snapshotLoss}
+	e.mu.Lock()
+	killed := Input{SnapshotLoss: e.snapshotLoss, FailoverLoss: e.failoverLoss}
+	e.mu.Unlock()
 	needEID := map[string]int64{}
 	for i := range events {
 		ev := &events[i]
@@ -676,7 +717,7 @@ func (e *env) quiesce(events []EventRecord, limit time.Duration) (waited time.Du
 			needEID[ev.EID] = ev.Sent
 			continue
 		}
-		if snapshotCause(ev.Sent, ev.Done, killed) != "" {
+		if snapshotCause(ev.Sent, ev.Done, killed) != "" || failoverCause(ev.Sent, ev.Done, killed) != "" {
 			// Its change may have gone with a killed embedded daemon's
 			// snapshot (a documented loss the checks explain): waiting for
 			// its round to start could wait for ever.

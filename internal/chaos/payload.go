@@ -19,7 +19,25 @@ func lossCause(from, to, chSent, chDone int64, in Input) string {
 			return CauseRedisLoss
 		}
 	}
+	for _, l := range in.FailoverLoss {
+		// A round alive across a failover may have lost what was written
+		// to it in the loss interval (or been taken there, and come back).
+		if from < l.To && l.From < to {
+			return CauseFailover
+		}
+	}
 	return snapshotCause(chSent, chDone, in)
+}
+
+// failoverCause is CauseFailover when a change requested over [sent, done]
+// may have been applied inside one of in.FailoverLoss.
+func failoverCause(sent, done int64, in Input) string {
+	for _, l := range in.FailoverLoss {
+		if done >= l.From && sent < l.To {
+			return CauseFailover
+		}
+	}
+	return ""
 }
 
 // snapshotCause is CauseSnapshot when a change requested over [sent, done]

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/coalesce-io/coalesce/debounce"
@@ -110,7 +111,42 @@ type Redis struct {
 	// neither AOF nor RDB persistence, so that a restart loses every round.
 	Persistence string `yaml:"persistence"`
 	Eviction    string `yaml:"eviction"` // EvictionWarn (default) or EvictionRefuse, when maxmemory-policy is allkeys-*
+	// Replicas: whether a decision waits for Redis replicas to confirm it
+	// (debounce.Config.Replication).
+	Replicas RedisReplicas `yaml:"replicas"`
 }
+
+// RedisReplicas are the replication acks (debounce.Replication): YAML
+// redis.replicas.acks is "auto" (the default: wait for one replica when the
+// primary has one), "off", or a number of replicas; timeout bounds each
+// wait (default 500ms).
+type RedisReplicas struct {
+	Acks    string        `yaml:"acks"`
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Values of RedisReplicas.Acks besides a number.
+const (
+	ReplicasAuto = "auto"
+	ReplicasOff  = "off"
+)
+
+// Replication is the debounce setting (Acks checked by validation).
+func (r RedisReplicas) Replication() debounce.Replication {
+	rep := debounce.Replication{Timeout: r.Timeout}
+	switch r.Acks {
+	case "", ReplicasAuto:
+		rep.Acks = debounce.ReplicationAuto
+	case ReplicasOff:
+		rep.Acks = debounce.ReplicationOff
+	default:
+		rep.Acks, _ = strconv.Atoi(r.Acks)
+	}
+	return rep
+}
+
+// Apply sets the replication acks on a debounce.Config.
+func (r RedisReplicas) Apply(c *debounce.Config) { c.Replication = r.Replication() }
 
 // NATS says which NATS servers carry the jobs and how the stream is set up.
 type NATS struct {

@@ -491,6 +491,10 @@ func TestLoadRefuses(t *testing.T) {
 			nil, `FILE:2: nats.storage: "disk" is not file or memory`},
 		{"bad eviction", "redis:\n  eviction: ignore\n",
 			nil, `FILE:2: redis.eviction: "ignore" is not warn or refuse`},
+		{"bad replica acks", "redis:\n  replicas:\n    acks: two\n",
+			nil, `FILE:3: redis.replicas.acks: "two" is not auto, off or a number of replicas from 1 to 16`},
+		{"replica acks timeout", "redis:\n  replicas:\n    timeout: 5s\n",
+			nil, `FILE:3: redis.replicas.timeout: 5s must be between 0 (the default, 500ms) and 2s (below the client's 3s read timeout)`},
 		{"replicas", "nats:\n  replicas: 7\n",
 			nil, `FILE:2: nats.replicas: 7 must be 1 to 5`},
 		{"bad mode", "policies:\n  recompute:\n    mode: sometimes\n",
@@ -923,7 +927,8 @@ func TestKnownKeysInOrder(t *testing.T) {
 		want    string
 	}{
 		{"", d.tagged(c), "redis, nats, http, embedded, policies, cron, worker, local_joins, outbox"},
-		{"redis", d.tagged(&c.Redis), "url, addrs, sentinel, username, password, db, tls, prefix, persistence, eviction"},
+		{"redis", d.tagged(&c.Redis), "url, addrs, sentinel, username, password, db, tls, prefix, persistence, eviction, replicas"},
+		{"redis.replicas", d.tagged(&c.Redis.Replicas), "acks, timeout"},
 		{"redis.sentinel", d.sentinelFields(&c.Redis), "master, addrs"},
 		{"tls", d.tagged(&c.Redis.TLS), "enabled, ca_file, cert_file, key_file, insecure_skip_verify"},
 		{"nats", d.tagged(&c.NATS), "url, urls, creds_file, nkey_file, user, password, token, tls, stream, prefix, replicas, storage, max_age, ingest"},

@@ -99,6 +99,16 @@ func (d *decoder) validateRedis(c *Config) error {
 	if r.Persistence != EvictionWarn && r.Persistence != EvictionRefuse {
 		return d.pathErr("redis.persistence", nil, "%s is not %s or %s", quote(r.Persistence), EvictionWarn, EvictionRefuse)
 	}
+	switch acks := r.Replicas.Acks; acks {
+	case "", ReplicasAuto, ReplicasOff:
+	default:
+		if n, err := strconv.Atoi(acks); err != nil || n < 1 || n > 16 {
+			return d.pathErr("redis.replicas.acks", nil, "%s is not %s, %s or a number of replicas from 1 to 16", quote(acks), ReplicasAuto, ReplicasOff)
+		}
+	}
+	if t := r.Replicas.Timeout; t < 0 || t > 2*time.Second {
+		return d.pathErr("redis.replicas.timeout", nil, "%v must be between 0 (the default, 500ms) and 2s (below the client's 3s read timeout)", t)
+	}
 	return d.checkTLS("redis.tls", r.TLS, tlsOn, "set redis.tls.enabled: true or use a rediss:// URL")
 }
 

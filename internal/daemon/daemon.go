@@ -49,27 +49,48 @@ type Options struct {
 // never published (a producer died between the two steps).
 const DefaultReapEvery = time.Minute
 
-// reap runs reaper passes until ctx ends.
+// reap runs reaper passes until ctx ends, and a reconcile pass at once (and
+// again ReconcileAgain later) whenever a Redis primary changes
+// (debounce.FailoverWatch, checked every FailoverCheckEvery).
 func reap(ctx context.Context, co *debounce.Coalescer, every, repairAfter time.Duration, m *Metrics, log *slog.Logger) {
 	r := co.NewReaper()
 	if repairAfter > 0 {
 		r.RepairAfter = repairAfter
 	}
+	failover := make(chan string, 1)
+	go watchFailover(ctx, co, failover, m, log)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var again <-chan time.Time
+	var until time.Time
 	for {
+		reconcile := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-failover:
+			reconcile, again, until = true, time.After(ReconcileAgain), time.Now().Add(ReconcileFor)
+		case <-again:
+			reconcile, again = true, nil
+			if time.Now().Before(until) {
+				again = time.After(ReconcileAgain)
+			}
 		}
 		// A Redis that lost its data gets an identity again, so workers
 		// run the jobs of rounds opened from now on (store.go).
-		if _, err := co.EnsureStore(ctx); err != nil {
+		if _, err := co.EnsureStore(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("reaper: could not read or write the store identity", "err", err)
 		}
-		rep, err := r.Pass(ctx)
+		pass := r.Pass
+		if reconcile {
+			pass = r.Reconcile
+		}
+		rep, err := pass(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return // stopping: a pass cut short is no failure
+			}
 			m.reaper.WithLabelValues("error").Inc()
 			log.Warn("reaper: pass failed", "err", err)
 			continue
@@ -85,7 +106,74 @@ func reap(ctx context.Context, co *debounce.Coalescer, every, repairAfter time.D
 			log.Info("reaper: released rounds reserved and never published", "released", rep.Released)
 		}
 		if rep.Repaired > 0 {
-			log.Warn("reaper: published again the jobs of rounds whose message the stream had lost", "repaired", rep.Repaired)
+			log.Warn("reaper: published again the jobs of rounds whose message the stream had lost", "repaired", rep.Repaired, "reconcile", reconcile)
+		} else if reconcile {
+			log.Info("reaper: reconciled after a change of Redis primary", "overdue", rep.Overdue, "lookups", rep.Lookups)
+		}
+	}
+}
+
+// Failover watching: how often the primaries are read, and how often
+// reconcile passes follow the first, for how long: rounds just due at the
+// failover are overdue by then, and a packed round brought back by it can be
+// published again only once an event found it overdue and kept its identity.
+const (
+	FailoverCheckEvery = time.Second
+	ReconcileAgain     = 5 * time.Second
+	ReconcileFor       = time.Minute
+)
+
+// ReconcileOnFailover watches the Redis primaries and, when one changes,
+// runs a reconcile pass (debounce.Reaper.Reconcile) at once and again
+// ReconcileAgain later, until ctx ends: what a worker process runs (the
+// daemon's reaper goes on for ReconcileFor; every worker scanning every
+// round that long would cost more than it finds).
+func ReconcileOnFailover(ctx context.Context, co *debounce.Coalescer, m *Metrics, log *slog.Logger) {
+	r := co.NewReaper()
+	failover := make(chan string, 1)
+	go watchFailover(ctx, co, failover, m, log)
+	var again <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-failover:
+			again = time.After(ReconcileAgain)
+		case <-again:
+			again = nil
+		}
+		rep, err := r.Reconcile(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("reconcile after a change of Redis primary failed; the next change or the daemon's reaper tries again", "err", err)
+		case rep.Repaired > 0:
+			log.Warn("reconcile: published again the jobs of rounds past due whose message was gone", "repaired", rep.Repaired)
+		}
+	}
+}
+
+// watchFailover checks the primaries every FailoverCheckEvery and sends
+// each change on to the reaper.
+func watchFailover(ctx context.Context, co *debounce.Coalescer, to chan<- string, m *Metrics, log *slog.Logger) {
+	w := co.NewFailoverWatch()
+	t := time.NewTicker(FailoverCheckEvery)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, FailoverCheckEvery)
+		changed, what, _ := w.Check(cctx) // a failed read: Redis is away; the next Check compares
+		cancel()
+		if changed {
+			m.OnFailover()
+			log.Warn("redis: a primary changed; reconciling the rounds past due now", "change", what)
+			select {
+			case to <- what:
+			default: // one is queued already
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }
@@ -239,6 +327,7 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	}
 	dcfg := debounce.Config{Redis: c.Redis, Publisher: c.Publisher, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix, Logger: log}
 	cfg.Local.Apply(&dcfg)
+	cfg.Redis.Replicas.Apply(&dcfg)
 	if m != nil {
 		dcfg.Hooks = m.DebounceHooks()
 	}

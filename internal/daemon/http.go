@@ -367,6 +367,8 @@ func submitError(err error) *apiError {
 		return errf(http.StatusBadRequest, ee.Code, ee.Field, "%s", ee.Msg)
 	case errors.Is(err, debounce.ErrInvalidEvent):
 		return errf(http.StatusBadRequest, "invalid_event", "", "%v", err)
+	case errors.Is(err, debounce.ErrNotReplicated):
+		return errf(http.StatusServiceUnavailable, "not_replicated", "", "%v; the policy is fail: closed, so the event is not accepted: send it again (where the write stood, its round's count may then include it twice; an accumulated item or a payload last is never doubled)", err)
 	case errors.Is(err, debounce.ErrStoreUnavailable):
 		return errf(http.StatusServiceUnavailable, "store_unavailable", "", "%v; the policy is fail: closed, so nothing was published: retry later", err)
 	case errors.Is(err, debounce.ErrPublish):

@@ -380,7 +380,7 @@ func (in *Ingest) onStored(msg jetstream.Msg, parked bool) {
 		code, message = body.Error.Code, body.Error.Message
 	}
 	switch code {
-	case "store_unavailable", "publish_unavailable", "canceled":
+	case "store_unavailable", "not_replicated", "publish_unavailable", "canceled":
 		in.later(ctx, msg, ev)
 		return
 	case "no_policy":

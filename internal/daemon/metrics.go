@@ -35,6 +35,8 @@ type Metrics struct {
 	protocol      *prometheus.CounterVec
 	keyWait       *prometheus.HistogramVec
 	dead          *prometheus.CounterVec
+	replication   *prometheus.CounterVec
+	failovers     prometheus.Counter
 
 	types map[string]bool // the job types a label may name
 
@@ -99,6 +101,10 @@ func NewMetrics(types ...string) *Metrics {
 		Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800}}, []string{"type"})
 	m.dead = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_dead_letters_total",
 		Help: "Dead letters acted on through the API, by action (replayed, purged)."}, []string{"action"})
+	m.replication = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_replication_doubts_total",
+		Help: "Decisions and takes the Redis replicas did not confirm in time (replication acks), by job type and failure mode (closed: refused; open: stood, and a failover now could lose it)."}, []string{"type", "fail"})
+	m.failovers = prometheus.NewCounter(prometheus.CounterOpts{Name: "coalesce_redis_failovers_total",
+		Help: "Changes of a Redis primary noticed (a failover, a promotion, a restart), each followed by a reconcile of the rounds past due."})
 	for _, c := range append(m.collectors(), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})) {
 		f(c)
 	}
@@ -126,7 +132,7 @@ func (m *Metrics) WatchLocalJoins(co *debounce.Coalescer) {
 
 // collectors are coalesce's own series.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.dead, m.keyWait, m.protocol, m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
+	return []prometheus.Collector{m.replication, m.failovers, m.dead, m.keyWait, m.protocol, m.push, m.reaper, m.mismatch, m.events, m.decision, m.storeErrors, m.publishErrors, m.publishes, m.releases,
 		m.roundEvents, m.roundAge, m.jobs, m.guard, m.ingest, m.cron, m.http}
 }
 
@@ -160,8 +166,14 @@ func (m *Metrics) DebounceHooks() debounce.Hooks {
 			m.releases.WithLabelValues(m.typ(jobType), string(r)).Inc()
 		},
 		LayoutMismatch: func(jobType string) { m.mismatch.WithLabelValues(m.typ(jobType)).Inc() },
+		Replication: func(jobType string, fail debounce.FailMode, _ error) {
+			m.replication.WithLabelValues(m.typ(jobType), string(fail)).Inc()
+		},
 	}
 }
+
+// OnFailover counts a change of primary noticed.
+func (m *Metrics) OnFailover() { m.failovers.Inc() }
 
 // OnPublish feeds the publish series (publisher.Config.OnPublish).
 func (m *Metrics) OnPublish(info publisher.PublishInfo) {

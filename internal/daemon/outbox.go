@@ -90,6 +90,7 @@ func StartOutbox(ctx context.Context, cfg *config.Config, c *Conns, m *Metrics, 
 	dcfg := debounce.Config{Redis: c.Redis, Publisher: c.Publisher, Policies: outbox.FailClosed(cfg.Policies),
 		Prefix: cfg.Redis.Prefix, Logger: log}
 	cfg.Local.Apply(&dcfg)
+	cfg.Redis.Replicas.Apply(&dcfg)
 	if m != nil {
 		dcfg.Hooks = m.DebounceHooks()
 	}

@@ -104,6 +104,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	go daemon.ReconcileOnFailover(ctx, conns.Coalescer, m, log) // as coalesce work
 	var mu sync.Mutex
 	pid := os.Getpid()
 	handler := func(ctx context.Context, job *worker.Job) error {

@@ -1,0 +1,338 @@
+package debounce_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/testenv"
+)
+
+// replicated is a primary and its replica, the replica's link through the
+// primary's front proxy (held back with HoldReplicas).
+type replicated struct {
+	primary, replica *testenv.RedisNode
+	rdb              *redis.Client // to the primary, through its front
+	direct           *redis.Client // to the replica, for the checks
+}
+
+func newReplicated(t *testing.T) *replicated {
+	t.Helper()
+	r := &replicated{primary: testenv.NewRedisNode(t), replica: testenv.NewRedisNode(t)}
+	r.replica.ReplicaOf(t, r.primary)
+	r.rdb = redis.NewClient(&redis.Options{Addr: r.primary.Addr, DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = r.rdb.Close() })
+	r.direct = r.replica.RedisServer.Client(t)
+	return r
+}
+
+// onReplica reports whether the replica holds key (and, for a hash, the
+// field) right now.
+func (r *replicated) onReplica(t *testing.T, key, field string) bool {
+	t.Helper()
+	ctx := context.Background()
+	if field == "" {
+		n, err := r.direct.Exists(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	ok, err := r.direct.HExists(ctx, key, field).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// roundKeyOn finds the one round key (not a taken copy) under prefix.
+func roundKeyOn(t *testing.T, rdb redis.Cmdable, prefix string) string {
+	t.Helper()
+	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !strings.Contains(k, "}x") && !strings.Contains(k, "}d") && !strings.HasSuffix(k, "store") {
+			return k
+		}
+	}
+	t.Fatalf("no round key under %s: %v", prefix, keys)
+	return ""
+}
+
+func replPolicy(typ string, fail debounce.FailMode) debounce.Policy {
+	return debounce.Policy{Type: typ, Mode: debounce.ModeDebounce, Window: time.Second,
+		Payload: debounce.PayloadAccumulate, ItemField: "id", KeyFields: []string{"tenant"}, Fail: fail, LocalJoins: debounce.LocalJoinsOff}
+}
+
+// An accepted decision is on the replica when Submit returns: the auto
+// setting found the replica and waited for it. With acks off and the link
+// held back, the replica lacks what the primary answered for (what a
+// failover then loses).
+func TestReplicationAcksPutTheDecisionOnTheReplica(t *testing.T) {
+	t.Parallel()
+	r := newReplicated(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		acks int
+		hold bool
+		want bool // the item is on the replica when Submit returns
+	}{
+		{"auto", debounce.ReplicationAuto, false, true},
+		{"fixed", 1, false, true},
+		{"off-held", debounce.ReplicationOff, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pub := &recorder{}
+			prefix := testenv.Prefix(t)
+			c, err := debounce.New(debounce.Config{Redis: r.rdb, Publisher: pub, Prefix: prefix,
+				Policies: []debounce.Policy{replPolicy("acc", debounce.FailClosed)}, Replication: debounce.Replication{Acks: tc.acks}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.hold {
+				r.primary.HoldReplicas(true)
+				defer r.primary.HoldReplicas(false)
+			}
+			for i := range 5 {
+				if _, err := c.Submit(ctx, debounce.Event{Type: "acc", Args: json.RawMessage(fmt.Sprintf(`{"tenant":1,"id":%d}`, i))}); err != nil {
+					t.Fatalf("Submit %d: %v", i, err)
+				}
+				key := roundKeyOn(t, r.rdb, prefix)
+				if got := r.onReplica(t, key, fmt.Sprintf("i%d", i)); got != tc.want {
+					t.Fatalf("item %d on the replica when Submit returned: %v, want %v", i, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// With the replica's link held back, a decision the replicas do not
+// confirm is refused under fail: closed (ErrNotReplicated, the decision
+// alongside) and stands, counted, under fail: open.
+func TestReplicationDoubtByFailMode(t *testing.T) {
+	t.Parallel()
+	r := newReplicated(t)
+	ctx := context.Background()
+	var doubts atomic.Int32
+	pub := &recorder{}
+	c, err := debounce.New(debounce.Config{Redis: r.rdb, Publisher: pub, Prefix: testenv.Prefix(t),
+		Policies:    []debounce.Policy{replPolicy("closed", debounce.FailClosed), replPolicy("open", debounce.FailOpen)},
+		Replication: debounce.Replication{Acks: 1, Timeout: 200 * time.Millisecond},
+		Hooks:       debounce.Hooks{Replication: func(string, debounce.FailMode, error) { doubts.Add(1) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.primary.HoldReplicas(true)
+	d, err := c.Submit(ctx, debounce.Event{Type: "closed", Args: json.RawMessage(`{"tenant":1,"id":1}`)})
+	var re *debounce.ReplicationError
+	if !errors.Is(err, debounce.ErrNotReplicated) || !errors.As(err, &re) || re.Want != 1 || re.Got != 0 {
+		t.Fatalf("fail closed, link held: err %v, want ErrNotReplicated (0 of 1)", err)
+	}
+	if d.Round == 0 || d.Outcome != debounce.OutcomeScheduled {
+		t.Errorf("the refused decision still says what the primary did: %+v", d)
+	}
+	d, err = c.Submit(ctx, debounce.Event{Type: "open", Args: json.RawMessage(`{"tenant":1,"id":1}`)})
+	if err != nil || d.Outcome != debounce.OutcomeScheduled {
+		t.Fatalf("fail open, link held: %+v %v, want scheduled", d, err)
+	}
+	if n := doubts.Load(); n != 2 {
+		t.Errorf("Hooks.Replication called %d times, want 2", n)
+	}
+	r.primary.HoldReplicas(false)
+	if err := testenv.WaitLinkUp(ctx, r.direct, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, debounce.Event{Type: "closed", Args: json.RawMessage(`{"tenant":1,"id":2}`)}); err != nil {
+		t.Fatalf("link back: %v", err)
+	}
+}
+
+// A take the replicas have not confirmed does not run its job under fail:
+// closed; once they catch up, the next delivery runs it with the summary.
+func TestReplicationTakeWaitsForTheReplicas(t *testing.T) {
+	t.Parallel()
+	r := newReplicated(t)
+	ctx := context.Background()
+	clock := &fakeClock{now: time.Now().Truncate(time.Millisecond)}
+	pub := &recorder{}
+	c, err := debounce.New(debounce.Config{Redis: r.rdb, Publisher: pub, Prefix: testenv.Prefix(t), Now: clock.Now,
+		Policies:    []debounce.Policy{replPolicy("acc", debounce.FailClosed)},
+		Replication: debounce.Replication{Acks: 1, Timeout: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := c.Submit(ctx, debounce.Event{Type: "acc", Args: json.RawMessage(fmt.Sprintf(`{"tenant":1,"id":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs := pub.distinct()
+	if len(jobs) != 1 {
+		t.Fatalf("%d jobs published, want 1", len(jobs))
+	}
+	clock.Advance(2 * time.Second)
+	r.primary.HoldReplicas(true)
+	if _, err := c.Start(ctx, jobs[0]); !errors.Is(err, debounce.ErrNotReplicated) || !errors.Is(err, debounce.ErrStoreUnavailable) {
+		t.Fatalf("Start with the link held: %v, want ErrNotReplicated (and ErrStoreUnavailable: retry)", err)
+	}
+	r.primary.HoldReplicas(false)
+	if err := testenv.WaitLinkUp(ctx, r.direct, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := c.Start(ctx, jobs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel.Result != debounce.ReleaseRetry || len(rel.Summary.Items) != 3 || rel.Summary.Events != 3 {
+		t.Fatalf("second delivery: %+v, want retry with 3 items", rel)
+	}
+}
+
+// With the replica's link held back and acks off, a failover (the replica
+// promoted) loses what the primary had answered for; with acks on, what
+// was answered is on the promoted replica, whatever was refused meanwhile.
+func TestReplicationSurvivesAPromotion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, acks := range []int{debounce.ReplicationOff, 1} {
+		t.Run(fmt.Sprintf("acks=%d", acks), func(t *testing.T) {
+			t.Parallel()
+			r := newReplicated(t)
+			pub := &recorder{}
+			prefix := testenv.Prefix(t)
+			c, err := debounce.New(debounce.Config{Redis: r.rdb, Publisher: pub, Prefix: prefix,
+				Policies:    []debounce.Policy{replPolicy("acc", debounce.FailClosed)},
+				Replication: debounce.Replication{Acks: acks, Timeout: 100 * time.Millisecond}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var accepted []int
+			submit := func(id int) {
+				if _, err := c.Submit(ctx, debounce.Event{Type: "acc", Args: json.RawMessage(fmt.Sprintf(`{"tenant":1,"id":%d}`, id))}); err == nil {
+					mu.Lock()
+					accepted = append(accepted, id)
+					mu.Unlock()
+				}
+			}
+			for i := range 5 {
+				submit(i)
+			}
+			r.primary.HoldReplicas(true)
+			for i := 5; i < 10; i++ {
+				submit(i)
+			}
+			// The primary dies with what it held; the replica is promoted.
+			r.primary.Front.DropAll()
+			r.primary.Stop()
+			if err := r.direct.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+				t.Fatal(err)
+			}
+			key := roundKeyOn(t, r.direct, prefix)
+			var lost []int
+			for _, id := range accepted {
+				if !r.onReplica(t, key, fmt.Sprintf("i%d", id)) {
+					lost = append(lost, id)
+				}
+			}
+			switch {
+			case acks == debounce.ReplicationOff && len(lost) == 0:
+				t.Fatalf("acks off: nothing lost (accepted %v): the link was not held back, the test shows nothing", accepted)
+			case acks > 0 && len(lost) > 0:
+				t.Fatalf("acks on: accepted items %v missing on the promoted replica (accepted %v)", lost, accepted)
+			case acks > 0 && len(accepted) != 5:
+				t.Fatalf("acks on, link held: accepted %v, want the 5 before the hold", accepted)
+			}
+		})
+	}
+}
+
+// Against a Cluster with a replica per shard, each shard's primary is
+// waited for on the connection that wrote: every primary that took rounds
+// ran WAIT (INFO commandstats), and every round is on its shard's replica.
+func TestReplicationAcksOnACluster(t *testing.T) {
+	t.Parallel()
+	cl := testenv.NewClusterWithReplicas(t)
+	rdb := cl.Client(t)
+	ctx := context.Background()
+	pub := &recorder{}
+	prefix := testenv.Prefix(t)
+	c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: prefix,
+		Policies: []debounce.Policy{replPolicy("acc", debounce.FailClosed)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tenants = 24
+	for tenant := range tenants {
+		if _, err := c.Submit(ctx, debounce.Event{Type: "acc", Args: json.RawMessage(fmt.Sprintf(`{"tenant":%d,"id":1}`, tenant))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var onReplicas, primariesWithRounds, primariesThatWaited atomic.Int32
+	for _, addr := range cl.Addrs {
+		node := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, MaxRetries: -1})
+		defer node.Close()
+		if err := countNode(ctx, node, prefix, &onReplicas, &primariesWithRounds, &primariesThatWaited); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if onReplicas.Load() != tenants {
+		t.Errorf("%d round keys on the replicas, want %d", onReplicas.Load(), tenants)
+	}
+	if primariesWithRounds.Load() < 2 || primariesThatWaited.Load() != primariesWithRounds.Load() {
+		t.Errorf("%d of %d primaries with rounds ran WAIT, want all (and at least 2)", primariesThatWaited.Load(), primariesWithRounds.Load())
+	}
+}
+
+// countNode counts the round keys on one Cluster node: on a replica, into
+// onReplicas; on a primary, whether it has rounds and ran WAIT.
+func countNode(ctx context.Context, node *redis.Client, prefix string, onReplicas, primariesWithRounds, primariesThatWaited *atomic.Int32) error {
+	raw, err := node.Info(ctx, "replication", "commandstats").Result()
+	if err != nil {
+		return err
+	}
+	replica := strings.Contains(raw, "role:slave")
+	if replica {
+		if err := node.Do(ctx, "READONLY").Err(); err != nil {
+			return err
+		}
+	}
+	n := 0
+	var cursor uint64
+	for {
+		keys, next, err := node.Scan(ctx, cursor, prefix+"*", 1000).Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if !strings.HasSuffix(k, "store") {
+				n++
+			}
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	switch {
+	case replica:
+		onReplicas.Add(int32(n))
+	case n > 0:
+		primariesWithRounds.Add(1)
+		if strings.Contains(raw, "cmdstat_wait:calls=") {
+			primariesThatWaited.Add(1)
+		}
+	}
+	return nil
+}
