@@ -73,6 +73,20 @@ func (n *RedisNode) ReplicaOf(t testing.TB, primary *RedisNode) {
 	if err := WaitLinkUp(ctx, c, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// The replica says its link is up once it loaded the primary's data;
+	// the primary counts it online only at its first acknowledgement.
+	pc := primary.Client(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		raw, err := pc.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(raw, "state=online") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the primary does not count its replica online within 10s: %v %s", err, raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // WaitLinkUp waits until a replica's link to its primary is up.
