@@ -74,6 +74,10 @@ type Config struct {
 	// WAIT), so that a failover cannot lose it: by default whenever the
 	// primary has a replica (replication.go).
 	Replication Replication
+	// IdempotencyWindow is how long the decision of an event with an
+	// IdempotencyKey is kept for its retries (DefaultIdempotencyWindow;
+	// 1s to 7 days).
+	IdempotencyWindow time.Duration
 }
 
 // maxAger is a Publisher that knows how long its stream keeps a job.
@@ -143,6 +147,7 @@ type Coalescer struct {
 	repl       *replState  // nil: replication acks off (replication.go)
 	// doubtLogged: unix ns of the last replication doubt logged.
 	doubtLogged atomic.Int64
+	idemWindow  time.Duration
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
@@ -208,6 +213,9 @@ func New(cfg Config) (*Coalescer, error) {
 	}
 	var err error
 	if c.repl, err = newReplState(cfg.Replication, c.rdb, c.log); err != nil {
+		return nil, err
+	}
+	if err := c.setIdempotency(cfg); err != nil {
 		return nil, err
 	}
 

@@ -17,6 +17,11 @@ type Event struct {
 	Key string `json:"key,omitempty"`
 	// TraceParent is a W3C traceparent carried to the job's headers.
 	TraceParent string `json:"traceparent,omitempty"`
+	// IdempotencyKey, when set (1-255 bytes of visible ASCII, e.g. a UUID),
+	// makes Submit safe to retry: the same event submitted again with the
+	// same key within Config.IdempotencyWindow gets the first decision
+	// back, Replayed, and counts nothing again (idempotency.go).
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 // Outcome is what Submit did with an event. Every outcome is a success: the
@@ -50,4 +55,7 @@ type Decision struct {
 	// Events counts the events in the round (or throttle window) so far,
 	// this one included; 1 when bypassed.
 	Events int `json:"events"`
+	// Replayed is true when this is the decision an earlier Submit of the
+	// same event with the same IdempotencyKey got (nothing was counted).
+	Replayed bool `json:"replayed,omitempty"`
 }

@@ -13,7 +13,8 @@ import (
 // the layout it was opened with after the policy changes.
 type layout interface {
 	// open opens the key's round or joins it (open_packed.lua, open_round.lua).
-	open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, item []byte) (reply, error)
+	// With an idempotency record, it is written by the same script call.
+	open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, item []byte, id *idempotency) (reply, error)
 	// mark marks an opened round published.
 	mark(ctx context.Context, c *Coalescer, r reply) error
 	// backout undoes a round whose publish failed (backoutRemoved, …).
@@ -46,12 +47,12 @@ func layoutOfToken(t Token) layout { return layoutOf(t.isHashToken()) }
 func (packedLayout) other() layout { return hashLayout{} }
 func (hashLayout) other() layout   { return packedLayout{} }
 
-func (packedLayout) open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, _ []byte) (reply, error) {
-	return c.openPacked(ctx, p, job.Key, now)
+func (packedLayout) open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, _ []byte, id *idempotency) (reply, error) {
+	return c.openPacked(ctx, p, job.Key, now, id)
 }
 
-func (hashLayout) open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, item []byte) (reply, error) {
-	return c.openRound(ctx, p, job, now, item)
+func (hashLayout) open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, item []byte, id *idempotency) (reply, error) {
+	return c.openRound(ctx, p, job, now, item, id)
 }
 
 func (packedLayout) mark(ctx context.Context, c *Coalescer, r reply) error {

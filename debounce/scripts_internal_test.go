@@ -84,6 +84,7 @@ func TestScriptStatuses(t *testing.T) {
 	for f, want := range map[string]map[string]int{
 		"scripts/release_packed.lua": closing, "scripts/take_round.lua": closing,
 		"scripts/open_packed.lua": opening, "scripts/open_round.lua": opening,
+		"scripts/idempotent.lua": {"REUSED": idemReused, "FRESH": idemFresh, "REPLAYED": idemReplayed},
 	} {
 		src, err := os.ReadFile(f)
 		if err != nil {

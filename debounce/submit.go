@@ -87,7 +87,9 @@ type reply struct {
 	rkey      string // the Redis key the token belongs to (round or throttle window)
 	// doubt: the replicas did not confirm this write in time
 	// (replication.go); the reply is the primary's all the same.
-	doubt error
+	doubt    error
+	replayed bool   // an idempotency key's earlier decision (idempotency.go)
+	idem     string // the idempotency record written with the decision, if any
 }
 
 // Script statuses, shared by both layouts.
@@ -111,6 +113,7 @@ type Prepared struct {
 	fp   fingerprint.Fingerprint
 	key  RoundKey
 	item []byte
+	idem *idempotency // the event's idempotency record, when it has a key
 }
 
 // Key is the event's round key.
@@ -125,6 +128,12 @@ func (c *Coalescer) Prepare(ev Event) (Prepared, error) {
 		return Prepared{ev: ev}, err
 	}
 	fp, key, item, err := c.identify(p, ev)
+	if err == nil && ev.IdempotencyKey != "" {
+		var id *idempotency
+		if id, err = c.idempotencyOf(p, ev, key); err == nil {
+			return Prepared{ev: ev, p: p, fp: fp, key: key, item: item, idem: id}, nil
+		}
+	}
 	if err != nil {
 		return Prepared{ev: ev, fp: fp, key: key}, err // p nil: SubmitPrepared prepares it again
 	}
@@ -169,8 +178,8 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 			return d, err
 		}
 	}
-	var opener *localRound // this caller asks Redis for the others of this process
-	if p.local {
+	var opener *localRound         // this caller asks Redis for the others of this process
+	if p.local && pr.idem == nil { // a keyed event's record is in Redis (idempotency.go)
 		ld, ok, op := c.joinLocal(ctx, p, key, ev, now)
 		if ok {
 			ld.Type, ld.Key, ld.Fingerprint = d.Type, key, fp
@@ -190,7 +199,7 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 			return d, fmt.Errorf("debounce: submit %s %s: %w", p.Type, key, err)
 		}
 	}
-	r, err := p.layout.open(ctx, c, p, job, now, item)
+	r, err := p.layout.open(ctx, c, p, job, now, item, pr.idem)
 	defer func() {
 		// The decision stands on the primary; its replicas did not confirm
 		// it in time: refused under fail: closed (the event may be in its
@@ -206,7 +215,10 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 		// under the policy it was opened with, and the next round takes
 		// the new one. Not a store outage.
 		c.mismatch(ctx, p)
-		r, err = p.layout.other().open(ctx, c, p, job, now, item)
+		r, err = p.layout.other().open(ctx, c, p, job, now, item, pr.idem)
+	}
+	if errors.Is(err, ErrIdempotencyKeyReused) {
+		return d, err
 	}
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -217,28 +229,17 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 	d.Round, d.Events = r.token, r.count
 	job.Token, job.OpenedAt, job.DueAt = r.token, r.openedAt, r.due
 
-	switch r.status {
-	case statusOpened, statusLeading:
-		d.Outcome = OutcomeScheduled
-		if r.due.IsZero() {
-			d.Outcome = OutcomePublished
-		}
-		d.DueAt = r.due
+	d.Outcome, d.DueAt = outcomeOf(p, r)
+	if r.replayed {
+		return c.replay(ctx, p, d, job, r)
+	}
+	if r.status == statusOpened || r.status == statusLeading {
 		d, err = c.publishOpened(ctx, p, d, job, r)
 		if err == nil && opener != nil && r.doubt == nil {
 			c.learn(opener, p, d, r, now)
 			opener = nil
 		}
 		return d, err
-	case statusThrottled:
-		d.Outcome = OutcomeThrottled
-	case statusExtended:
-		d.Outcome, d.DueAt = OutcomeExtended, r.due
-	default:
-		d.Outcome, d.DueAt = OutcomeCoalesced, r.due
-		if p.Mode == ModeDedup {
-			d.Outcome, d.DueAt = OutcomeDuplicate, time.Time{}
-		}
 	}
 	if r.fire {
 		// This event filled the round: publish the version it took, due now,
@@ -273,6 +274,25 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 	return d, nil
 }
 
+// outcomeOf is the outcome, and due time, of a script's reply.
+func outcomeOf(p *compiled, r reply) (Outcome, time.Time) {
+	switch r.status {
+	case statusOpened, statusLeading:
+		if r.due.IsZero() {
+			return OutcomePublished, r.due
+		}
+		return OutcomeScheduled, r.due
+	case statusThrottled:
+		return OutcomeThrottled, time.Time{}
+	case statusExtended:
+		return OutcomeExtended, r.due
+	}
+	if p.Mode == ModeDedup {
+		return OutcomeDuplicate, time.Time{}
+	}
+	return OutcomeCoalesced, r.due
+}
+
 // isWrongType reports a script that met a key of the other layout.
 func isWrongType(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "WRONGTYPE")
@@ -303,6 +323,11 @@ func (c *Coalescer) publishOpened(ctx context.Context, p *compiled, d Decision, 
 		// Stored or not, nobody knows yet: backing the round out could
 		// leave its job without it and let a retry open a second one. Keep
 		// it unpublished for a retry (or the reaper) to settle.
+		return d, pubErr
+	}
+	if !c.forgetIdempotency(ctx, r) {
+		// The record stays, so the round must too: a retry replays it and
+		// publishes it (or the reaper settles it).
 		return d, pubErr
 	}
 	res, err := c.backout(ctx, r)
@@ -373,7 +398,7 @@ func (c *Coalescer) eval(ctx context.Context, s *redis.Script, keys []string, ar
 
 func newRnd() uint64 { return 1 + rand.Uint64N(1<<packRndBits-1) }
 
-func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, now time.Time) (reply, error) {
+func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, now time.Time, id *idempotency) (reply, error) {
 	nowMs := now.UnixMilli()
 	rnd := newRnd()
 	expiry := now.Add(p.lifetime()).UnixMilli()
@@ -384,8 +409,16 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 			boolArg(p.Trailing), p.trailingLife.Milliseconds())
 	}
 	keys := c.keys(p, key)
-	cmd, doubt := c.evalDoubt(ctx, openPackedScript, keys, args...)
-	res, err := cmd.Int64Slice()
+	var res []int64
+	var err, doubt error
+	var replayed bool
+	if id == nil {
+		var cmd *redis.Cmd
+		cmd, doubt = c.evalDoubt(ctx, openPackedScript, keys, args...)
+		res, err = cmd.Int64Slice()
+	} else {
+		res, replayed, doubt, err = c.evalIdempotent(ctx, openPackedIdemScript, id, keys, args...)
+	}
 	if err != nil {
 		return reply{}, err
 	}
@@ -400,6 +433,10 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 		published: v.published(),
 		rkey:      keys[0],
 		doubt:     doubt,
+		replayed:  replayed,
+	}
+	if id != nil {
+		r.idem = id.key
 	}
 	if r.status == statusLeading || r.status == statusThrottled {
 		r.rkey = keys[1]
@@ -422,7 +459,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 	return r, nil
 }
 
-func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now time.Time, item []byte) (reply, error) {
+func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now time.Time, item []byte, id *idempotency) (reply, error) {
 	nowMs := now.UnixMilli()
 	key := job.Key
 	token := Token(hashTokenBit | rand.Uint64N(hashTokenBit))
@@ -446,24 +483,38 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 		argv = append(argv, uint64(packOpen(newRnd())), p.Window.Milliseconds(), p.trailingLife.Milliseconds())
 	}
 	keys := c.keys(p, key)
-	cmd, doubt := c.evalDoubt(ctx, openRoundScript, keys, argv...)
-	res, err := cmd.Slice()
-	if err != nil {
-		return reply{}, err
+	var ints []int64
+	var replayed bool
+	var doubt error
+	if id == nil {
+		var cmd *redis.Cmd
+		cmd, doubt = c.evalDoubt(ctx, openRoundScript, keys, argv...)
+		res, err := cmd.Slice()
+		if err != nil {
+			return reply{}, err
+		}
+		if ints, err = int64s(res); err != nil {
+			return reply{}, fmt.Errorf("open_round: %w", err)
+		}
+	} else {
+		var err error
+		if ints, replayed, doubt, err = c.evalIdempotent(ctx, openRoundIdemScript, id, keys, argv...); err != nil {
+			return reply{}, err
+		}
 	}
-	ints, err := int64s(res)
-	if err != nil {
-		return reply{}, fmt.Errorf("open_round: %w", err)
+	idem := ""
+	if id != nil {
+		idem = id.key
 	}
 	if ints[0] == statusLeading {
 		v := packed(ints[1])
 		return reply{
 			status: statusLeading, token: packedToken(ints[2], v.rnd()), count: 1,
-			openedAt: now, rkey: keys[1], doubt: doubt,
+			openedAt: now, rkey: keys[1], doubt: doubt, replayed: replayed, idem: idem,
 		}, nil
 	}
 	if len(ints) != 8 {
-		return reply{}, fmt.Errorf("open_round: unexpected reply %v", res)
+		return reply{}, fmt.Errorf("open_round: unexpected reply %v", ints)
 	}
 	return reply{
 		status:    int(ints[0]),
@@ -476,6 +527,8 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 		version:   int(ints[7]),
 		rkey:      keys[0],
 		doubt:     doubt,
+		replayed:  replayed,
+		idem:      idem,
 	}, nil
 }
 
