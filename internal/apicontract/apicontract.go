@@ -302,4 +302,3 @@ func (t *tee) Flush() {
 		f.Flush()
 	}
 }
-
