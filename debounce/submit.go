@@ -178,8 +178,9 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 			return d, err
 		}
 	}
-	var opener *localRound         // this caller asks Redis for the others of this process
-	if p.local && pr.idem == nil { // a keyed event's record is in Redis (idempotency.go)
+	var opener *localRound // this caller asks Redis for the others of this process
+	// An event with an idempotency key goes to Redis, where its record is.
+	if p.local && pr.idem == nil {
 		ld, ok, op := c.joinLocal(ctx, p, key, ev, now)
 		if ok {
 			ld.Type, ld.Key, ld.Fingerprint = d.Type, key, fp

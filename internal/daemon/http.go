@@ -22,6 +22,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/coalesce-io/coalesce/api"
 	"github.com/coalesce-io/coalesce/dashboard"
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/fingerprint"
@@ -43,6 +44,14 @@ const DefaultBatches = 4
 // decided, and one last answer line says from which line on.
 const BatchMaxLines = 50_000
 
+// DefaultBatchWait is how long a batch waits for a slot before it is
+// answered 429 busy (with Retry-After), nothing decided.
+const DefaultBatchWait = 10 * time.Second
+
+// DefaultMaxInFlight bounds the single-event requests (events, explain)
+// decided at once; more are answered 429 overloaded (with Retry-After).
+const DefaultMaxInFlight = 10_000
+
 // APIConfig configures the HTTP API.
 type APIConfig struct {
 	Coalescer *debounce.Coalescer  // required
@@ -57,9 +66,14 @@ type APIConfig struct {
 	// BatchParallel bounds the decisions of one batch request in flight.
 	BatchParallel int
 	// Batches bounds the batch requests in progress (DefaultBatches); more
-	// wait for a slot.
-	Batches int
-	Metrics *Metrics
+	// wait for a slot, up to BatchWait (DefaultBatchWait), then are
+	// answered 429.
+	Batches   int
+	BatchWait time.Duration
+	// MaxInFlight bounds the single-event requests decided at once
+	// (DefaultMaxInFlight); more are answered 429.
+	MaxInFlight int
+	Metrics     *Metrics
 	// WriteTimeout is the server's (http.write_timeout): a batch renews it
 	// as it writes each chunk's answers, so a batch that takes long to
 	// decide is answered in full. 0: left as the server set it.
@@ -80,11 +94,24 @@ type APIConfig struct {
 
 // API serves HTTP API v1.
 type API struct {
-	cfg     APIConfig
-	access  *access.Tokens
-	log     *slog.Logger
-	batches chan struct{} // a slot per batch in progress
+	cfg      APIConfig
+	access   *access.Tokens
+	log      *slog.Logger
+	batches  chan struct{} // a slot per batch in progress
+	inFlight atomic.Int64  // single-event requests being decided
+	routes   []Route
 }
+
+// Route is one pattern the API serves, with its methods (the contract
+// test compares them with the OpenAPI document).
+type Route struct {
+	Pattern string
+	Methods []string
+	Auth    bool
+}
+
+// Routes lists what Handler serves, in registration order.
+func (a *API) Routes() []Route { return slices.Clone(a.routes) }
 
 // NewAPI returns the API; Handler serves it.
 func NewAPI(cfg APIConfig) *API {
@@ -97,6 +124,12 @@ func NewAPI(cfg APIConfig) *API {
 	if cfg.Batches <= 0 {
 		cfg.Batches = DefaultBatches
 	}
+	if cfg.BatchWait <= 0 {
+		cfg.BatchWait = DefaultBatchWait
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
 	a := &API{cfg: cfg, log: cfg.Logger, batches: make(chan struct{}, cfg.Batches)}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
@@ -107,10 +140,13 @@ func NewAPI(cfg APIConfig) *API {
 
 // apiError is the body of every error answer.
 type apiError struct {
-	status  int
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
+	status int
+	// retryAfter is the Retry-After of a 429 or 503 (retryAfterDefault
+	// when zero).
+	retryAfter time.Duration
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	Field      string `json:"field,omitempty"`
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -123,13 +159,34 @@ func errf(status int, code, field, format string, args ...any) *apiError {
 	return &apiError{status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
+// retryAfterDefault is the Retry-After of a 429 or 503 that names none:
+// long enough for a Redis or NATS failover or a burst to pass, short
+// enough that a client's retry is not the slow part.
+const retryAfterDefault = time.Second
+
+// setRetryAfter adds Retry-After (whole seconds, at least 1) to a 429 or
+// 503 answer: every such answer carries one (the OpenAPI document says so).
+func setRetryAfter(h http.Header, status int, after time.Duration) {
+	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
+		return
+	}
+	if after <= 0 {
+		after = retryAfterDefault
+	}
+	h.Set("Retry-After", strconv.FormatInt(int64((after+time.Second-1)/time.Second), 10))
+}
+
 // Handler returns the routes. When tokens are configured every /v1 route
 // and /metrics (unless PublicMetrics) need a bearer token; /healthz and
 // /readyz stay open for probes, /readyz showing a failing check's error
 // only to a request with a token.
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
+	a.routes = a.routes[:0]
+	// Every route is registered here: Routes lists them for the contract
+	// test, which fails when one is missing from api/openapi.yaml.
 	route := func(pattern, name string, methods []string, h func(w http.ResponseWriter, r *http.Request) *apiError, auth bool) {
+		a.routes = append(a.routes, Route{Pattern: pattern, Methods: methods, Auth: auth})
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 			var e *apiError
@@ -143,6 +200,7 @@ func (a *API) Handler() http.Handler {
 				}
 			}
 			if e != nil {
+				setRetryAfter(sw.Header(), e.status, e.retryAfter)
 				writeJSON(sw, e.status, errorBody{e})
 			}
 			if a.cfg.Metrics != nil {
@@ -155,6 +213,7 @@ func (a *API) Handler() http.Handler {
 	route("/v1/explain", "explain", []string{http.MethodPost}, a.postExplain, true)
 	route("/v1/rounds/{type}/{key}", "rounds", []string{http.MethodGet, http.MethodDelete}, a.round, true)
 	route("/v1/policies", "policies", []string{http.MethodGet}, a.getPolicies, true)
+	route("/v1/openapi.json", "openapi", []string{http.MethodGet}, a.getOpenAPI, true)
 	if a.cfg.Dead != nil {
 		a.deadRoutes(route)
 	}
@@ -370,14 +429,34 @@ func submitError(err error) *apiError {
 	case errors.Is(err, debounce.ErrNotReplicated):
 		return errf(http.StatusServiceUnavailable, "not_replicated", "", "%v; the policy is fail: closed, so the event is not accepted: send it again (where the write stood, its round's count may then include it twice; an accumulated item or a payload last is never doubled)", err)
 	case errors.Is(err, debounce.ErrStoreUnavailable):
-		return errf(http.StatusServiceUnavailable, "store_unavailable", "", "%v; the policy is fail: closed, so nothing was published: retry later", err)
+		e := errf(http.StatusServiceUnavailable, "store_unavailable", "", "%v; the policy is fail: closed, so nothing was published: retry later", err)
+		e.retryAfter = outageRetryAfter
+		return e
 	case errors.Is(err, debounce.ErrPublish):
-		return errf(http.StatusServiceUnavailable, "publish_unavailable", "", "%v; nothing was accepted: retry later", err)
+		e := errf(http.StatusServiceUnavailable, "publish_unavailable", "", "%v; nothing was accepted: retry later", err)
+		e.retryAfter = outageRetryAfter
+		return e
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return errf(http.StatusServiceUnavailable, "canceled", "", "%v", err)
 	default:
 		return errf(http.StatusInternalServerError, "internal", "", "%v", err)
 	}
+}
+
+// outageRetryAfter is the Retry-After of a 503 for a Redis or NATS outage:
+// a failover takes a few seconds.
+const outageRetryAfter = 2 * time.Second
+
+// admit counts a single-event request in flight, or refuses it (429) when
+// MaxInFlight are; done must be called once it is decided.
+func (a *API) admit() (done func(), e *apiError) {
+	if a.inFlight.Add(1) > int64(a.cfg.MaxInFlight) {
+		a.inFlight.Add(-1)
+		e := errf(http.StatusTooManyRequests, "overloaded", "", "%d requests are being decided: nothing was decided; send it again after Retry-After", a.cfg.MaxInFlight)
+		e.retryAfter = retryAfterDefault
+		return nil, e
+	}
+	return func() { a.inFlight.Add(-1) }, nil
 }
 
 // traceparent takes the trace context from the header when the body has
@@ -433,10 +512,17 @@ func (a *API) postBatch(w http.ResponseWriter, r *http.Request) *apiError {
 	if r.ContentLength > limit {
 		return errf(http.StatusRequestEntityTooLarge, "too_large", "", "body of %d bytes is over the %d-byte limit", r.ContentLength, limit)
 	}
+	wait := time.NewTimer(a.cfg.BatchWait)
 	select {
 	case a.batches <- struct{}{}:
+		wait.Stop()
 		defer func() { <-a.batches }()
+	case <-wait.C:
+		e := errf(http.StatusTooManyRequests, "busy", "", "every batch slot (%d) stayed taken for %v: nothing was decided; send the batch again after Retry-After", a.cfg.Batches, a.cfg.BatchWait)
+		e.retryAfter = retryAfterDefault
+		return e
 	case <-r.Context().Done():
+		wait.Stop()
 		return errf(http.StatusServiceUnavailable, "canceled", "", "the request ended while waiting for a batch slot")
 	}
 	rc := http.NewResponseController(w)
@@ -714,6 +800,11 @@ func errorJSON(err error) []byte {
 }
 
 func (a *API) postExplain(w http.ResponseWriter, r *http.Request) *apiError {
+	done, e := a.admit()
+	if e != nil {
+		return e
+	}
+	defer done()
 	ev, e := a.readEvent(w, r)
 	if e != nil {
 		return e
@@ -780,6 +871,17 @@ func (a *API) round(w http.ResponseWriter, r *http.Request) *apiError {
 	return nil
 }
 
+// getOpenAPI serves api/openapi.yaml as JSON.
+func (a *API) getOpenAPI(w http.ResponseWriter, _ *http.Request) *apiError {
+	b, err := api.JSON()
+	if err != nil {
+		return errf(http.StatusInternalServerError, "internal", "", "%v", err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+	return nil
+}
+
 func (a *API) getPolicies(w http.ResponseWriter, _ *http.Request) *apiError {
 	ps := a.cfg.Coalescer.Policies()
 	slices.SortFunc(ps, func(x, y debounce.Policy) int { return strings.Compare(x.Type, y.Type) })
@@ -814,6 +916,7 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) *apiError {
 	state := "ready"
 	if !ready {
 		status, state = http.StatusServiceUnavailable, "not ready"
+		setRetryAfter(w.Header(), status, 0)
 	}
 	writeJSON(w, status, map[string]any{"status": state, "checks": checks})
 	return nil
