@@ -47,7 +47,6 @@ type Checker struct {
 	opts  *config.ValidationOptions
 	mu    sync.Mutex
 	seen  map[Operation]int
-	fails []string
 }
 
 // New loads the document and checks it against the OpenAPI 3.1 schema.
@@ -140,44 +139,33 @@ func (c *Checker) Seen() map[Operation]int {
 	return out
 }
 
-// Failures returns what failed since the last call, and forgets it.
-func (c *Checker) Failures() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f := c.fails
-	c.fails = nil
-	return f
-}
-
-func (c *Checker) fail(format string, args ...any) {
-	c.mu.Lock()
-	c.fails = append(c.fails, fmt.Sprintf(format, args...))
-	c.mu.Unlock()
-}
-
 // Handler serves h and checks each exchange once it is complete: the
 // response must be one the document declares for the operation (status,
 // required headers, body schema). A request to a path or method the
 // document does not have must be answered 404 or 405 with an error body. A
 // request that does not validate must be refused (4xx), except a batch,
-// whose bad lines are answered in place.
-func (c *Checker) Handler(h http.Handler) http.Handler {
+// whose bad lines are answered in place. Each failure goes to report.
+func (c *Checker) Handler(h http.Handler, report func(failure string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		// The body is copied as the handler reads it (a handler that
+		// waits before reading, for a slot say, still does).
+		var body bytes.Buffer
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.TeeReader(r.Body, &body), r.Body}
 		rec := &tee{ResponseWriter: w, status: http.StatusOK}
 		h.ServeHTTP(rec, r)
-		c.Check(r.Clone(r.Context()), body, rec.status, rec.Header().Clone(), rec.body.Bytes())
+		for _, f := range c.Check(r.Clone(r.Context()), body.Bytes(), rec.status, rec.Header().Clone(), rec.body.Bytes()) {
+			report(f)
+		}
 	})
 }
 
 // Check validates one exchange (the request's body given apart, since the
-// handler consumed it).
-func (c *Checker) Check(r *http.Request, reqBody []byte, status int, header http.Header, respBody []byte) {
+// handler consumed it), and returns what does not match the document.
+func (c *Checker) Check(r *http.Request, reqBody []byte, status int, header http.Header, respBody []byte) (fails []string) {
+	fail := func(format string, args ...any) { fails = append(fails, fmt.Sprintf(format, args...)) }
 	what := fmt.Sprintf("%s %s -> %d", r.Method, r.URL.RequestURI(), status)
 	req := r.Clone(r.Context())
 	req.Body = io.NopCloser(bytes.NewReader(reqBody))
@@ -187,20 +175,30 @@ func (c *Checker) Check(r *http.Request, reqBody []byte, status int, header http
 	if item != nil {
 		op = item.GetOperations().GetOrZero(strings.ToLower(r.Method))
 	}
+	if op != nil && op.RequestBody != nil && op.RequestBody.Content.Len() == 1 {
+		// The daemon reads its one body type whatever Content-Type says
+		// (curl -d sends application/x-www-form-urlencoded): the document
+		// says so, and the body is checked as that type.
+		for ct := range op.RequestBody.Content.KeysFromOldest() {
+			if mt, _, _ := strings.Cut(req.Header.Get("Content-Type"), ";"); strings.TrimSpace(mt) != ct {
+				req.Header.Set("Content-Type", ct)
+			}
+		}
+	}
 	if op == nil {
 		// Outside the contract: an unknown route or method must be refused
 		// as the router does, with an error body.
 		if (status != http.StatusNotFound && status != http.StatusMethodNotAllowed) || !isErrorBody(respBody) {
-			c.fail("%s: %s is not in the document (add it to api/openapi.yaml), and the answer is not a 404/405 error body: %.300s", what, r.Method+" "+r.URL.Path, respBody)
+			fail("%s: %s is not in the document (add it to api/openapi.yaml), and the answer is not a 404/405 error body: %.300s", what, r.Method+" "+r.URL.Path, respBody)
 		}
-		return
+		return fails
 	}
 	c.mu.Lock()
 	c.seen[Operation{r.Method, tmpl, status}]++
 	c.mu.Unlock()
 	if status < 400 || status == http.StatusUnprocessableEntity || r.URL.Path == "/v1/events:batch" {
 		if ok, errs := c.v.ValidateHttpRequestSync(req); !ok && status < 400 && r.URL.Path != "/v1/events:batch" {
-			c.fail("%s: the request does not match the document, yet it was accepted: %s", what, describe(errs))
+			fail("%s: the request does not match the document, yet it was accepted: %s", what, describe(errs))
 		}
 	}
 	resp := &http.Response{
@@ -208,15 +206,16 @@ func (c *Checker) Check(r *http.Request, reqBody []byte, status int, header http
 		Request: req, ContentLength: int64(len(respBody)), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 	}
 	if r.Method == http.MethodHead {
-		return // no body to check
+		return fails // no body to check
 	}
 	req.Body = io.NopCloser(bytes.NewReader(reqBody))
 	if ok, errs := c.v.ValidateHttpResponse(req, resp); !ok {
-		c.fail("%s: the response does not match the document: %s\nbody: %.500s", what, describe(errs), respBody)
+		fail("%s: the response does not match the document: %s\nbody: %.500s", what, describe(errs), respBody)
 	}
 	if (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) && header.Get("Retry-After") == "" {
-		c.fail("%s: a %d without Retry-After", what, status)
+		fail("%s: a %d without Retry-After", what, status)
 	}
+	return fails
 }
 
 func isErrorBody(b []byte) bool {

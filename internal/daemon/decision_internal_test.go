@@ -27,6 +27,7 @@ func TestAppendDecisionIsMarshal(t *testing.T) {
 		{Outcome: debounce.OutcomeBypassed, Type: "t", Key: key, Events: 1, DueAt: due.In(time.FixedZone("x", 3600))},
 		{Outcome: debounce.OutcomeDuplicate, Type: `we"ird\type`, Key: key, Fingerprint: fp, Round: ^debounce.Token(0), Events: 3},
 		{Outcome: debounce.OutcomeThrottled, Type: "é", Events: -1},
+		{Outcome: debounce.OutcomeCoalesced, Type: "t", Key: key, Fingerprint: fp, Round: 7, DueAt: due, Events: 2, Replayed: true},
 	} {
 		if got, want := appendDecision(nil, d), marshal(d); !bytes.Equal(got, want) {
 			t.Errorf("appendDecision:\n got %s\nwant %s", got, want)

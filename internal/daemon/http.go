@@ -308,7 +308,7 @@ func readLimited(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *
 }
 
 // DecodeEvent parses one event document strictly: an object with exactly the
-// members type, args and optionally key and traceparent, spelled in lower case,
+// members type, args and optionally key, traceparent and idempotency_key, spelled in lower case,
 // each once; the whole document I-JSON (unique member names, valid UTF-8, no
 // lone surrogates, finite numbers) and nothing after it. Problems are refused
 // with the field they are in.
@@ -337,7 +337,7 @@ func DecodeEvent(doc []byte) (debounce.Event, error) {
 				return ev, errf(http.StatusBadRequest, "invalid_json", "args", "args: %v", err)
 			}
 			ev.Args, haveArgs = append(json.RawMessage(nil), v...), true
-		case "type", "key", "traceparent":
+		case "type", "key", "traceparent", "idempotency_key":
 			if k := dec.PeekKind(); k != '"' {
 				return ev, errf(http.StatusBadRequest, "invalid_json", name, "%s: must be a string, not %s", name, kindName(k))
 			}
@@ -350,11 +350,13 @@ func DecodeEvent(doc []byte) (debounce.Event, error) {
 				ev.Type = tok.String()
 			case "key":
 				ev.Key = tok.String()
+			case "idempotency_key":
+				ev.IdempotencyKey = tok.String()
 			default:
 				ev.TraceParent = tok.String()
 			}
 		default:
-			return ev, errf(http.StatusBadRequest, "unknown_field", name, "unknown field %q; an event has type, args, key and traceparent (lower case)", truncateString(name, 64))
+			return ev, errf(http.StatusBadRequest, "unknown_field", name, "unknown field %q; an event has type, args, key, traceparent and idempotency_key (lower case)", truncateString(name, 64))
 		}
 	}
 	if ev.Type == "" {
@@ -365,6 +367,9 @@ func DecodeEvent(doc []byte) (debounce.Event, error) {
 	}
 	if ev.TraceParent != "" && !debounce.ValidTraceParent(ev.TraceParent) {
 		return ev, errf(http.StatusBadRequest, "invalid_traceparent", "traceparent", "traceparent: not a W3C traceparent (55-256 bytes of lowercase hex and dashes)")
+	}
+	if ev.IdempotencyKey != "" && !debounce.ValidIdempotencyKey(ev.IdempotencyKey) {
+		return ev, errf(http.StatusBadRequest, "invalid_idempotency_key", "idempotency_key", "idempotency_key: must be 1-%d bytes of visible ASCII (a UUID, say)", debounce.MaxIdempotencyKeyLen)
 	}
 	return ev, nil
 }
@@ -418,6 +423,8 @@ func submitError(err error) *apiError {
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.Is(err, debounce.ErrIdempotencyKeyReused):
+		return errf(http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key", "%v", err)
 	case errors.Is(err, debounce.ErrNoPolicy):
 		return errf(http.StatusNotFound, "no_policy", "type", "%v; see GET /v1/policies", err)
 	case errors.Is(err, debounce.ErrJobTooLarge):
@@ -482,15 +489,47 @@ func (a *API) readEvent(w http.ResponseWriter, r *http.Request) (debounce.Event,
 }
 
 func (a *API) postEvent(w http.ResponseWriter, r *http.Request) *apiError {
+	done, e := a.admit()
+	if e != nil {
+		return e
+	}
+	defer done()
 	ev, e := a.readEvent(w, r)
 	if e != nil {
+		return e
+	}
+	if e := idempotencyKey(r, &ev); e != nil {
 		return e
 	}
 	d, err := a.cfg.Coalescer.Submit(r.Context(), ev)
 	if err != nil {
 		return submitError(err)
 	}
+	if d.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	writeJSON(w, http.StatusOK, d)
+	return nil
+}
+
+// idempotencyKey takes the Idempotency-Key header (the IETF httpapi draft: a
+// structured-field string, "…", or a bare token) into the event; an event
+// that names one itself must name the same.
+func idempotencyKey(r *http.Request, ev *debounce.Event) *apiError {
+	h := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	if h == "" {
+		return nil
+	}
+	if len(h) >= 2 && h[0] == '"' && h[len(h)-1] == '"' {
+		h = h[1 : len(h)-1]
+	}
+	if !debounce.ValidIdempotencyKey(h) {
+		return errf(http.StatusBadRequest, "invalid_idempotency_key", "Idempotency-Key", "Idempotency-Key: must be 1-%d bytes of visible ASCII (a UUID, say), bare or in double quotes", debounce.MaxIdempotencyKeyLen)
+	}
+	if ev.IdempotencyKey != "" && ev.IdempotencyKey != h {
+		return errf(http.StatusBadRequest, "invalid_idempotency_key", "Idempotency-Key", "the Idempotency-Key header and the event's idempotency_key differ; send one")
+	}
+	ev.IdempotencyKey = h
 	return nil
 }
 
@@ -781,6 +820,9 @@ func appendDecision(b []byte, d debounce.Decision) []byte {
 	}
 	b = append(b, `,"events":`...)
 	b = strconv.AppendInt(b, int64(d.Events), 10)
+	if d.Replayed {
+		b = append(b, `,"replayed":true`...)
+	}
 	return append(b, '}')
 }
 

@@ -24,7 +24,7 @@ import (
 	"github.com/coalesce-io/coalesce/publisher"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) { testenv.MainWith(m, contractCoverage) }
 
 var testPolicies = []debounce.Policy{
 	{Type: "recompute", Mode: debounce.ModeDebounce, Window: 30 * time.Second, KeyFields: []string{"tenant_id"}},
@@ -41,10 +41,12 @@ func testTypes() []string {
 }
 
 type apiFixture struct {
+	api   *daemon.API
 	srv   *httptest.Server
 	co    *debounce.Coalescer
 	pub   *publisher.Publisher
 	nc    *nats.Conn
+	js    jetstream.JetStream
 	redis *testenv.RedisServer
 }
 
@@ -68,24 +70,34 @@ func newAPIWith(t *testing.T, mut func(*daemon.APIConfig), tokens ...string) *ap
 // JetStream.
 func newAPIWithFixture(t *testing.T, mut func(*apiFixture, jetstream.JetStream, *daemon.APIConfig), tokens ...string) *apiFixture {
 	t.Helper()
+	return newAPIPolicies(t, testPolicies, mut, tokens...)
+}
+
+// newAPIPolicies is newAPIWithFixture with other policies (mut may be nil).
+func newAPIPolicies(t *testing.T, policies []debounce.Policy, mut func(*apiFixture, jetstream.JetStream, *daemon.APIConfig), tokens ...string) *apiFixture {
+	t.Helper()
 	f := &apiFixture{redis: testenv.NewRedis(t)}
 	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr, DisableIdentity: true, MaxRetries: -1, DialTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
 	var js jetstream.JetStream
 	f.nc, js = testenv.NATS(t).Connect(t)
+	f.js = js
 	var err error
 	if f.pub, err = publisher.New(context.Background(), js, nil); err != nil {
 		t.Fatal(err)
 	}
 	m := daemon.NewMetrics(testTypes()...)
-	if f.co, err = debounce.New(debounce.Config{Redis: rdb, Publisher: f.pub, Policies: testPolicies, Hooks: m.DebounceHooks()}); err != nil {
+	if f.co, err = debounce.New(debounce.Config{Redis: rdb, Publisher: f.pub, Policies: policies, Hooks: m.DebounceHooks()}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := daemon.APIConfig{Coalescer: f.co, Publisher: f.pub, Tokens: tokens, BodyLimit: 4096, Metrics: m,
 		Ready: func(ctx context.Context) map[string]error { return map[string]error{"redis": rdb.Ping(ctx).Err()} }}
-	mut(f, js, &cfg)
-	api := daemon.NewAPI(cfg)
-	f.srv = httptest.NewServer(api.Handler())
+	if mut != nil {
+		mut(f, js, &cfg)
+	}
+	f.api = daemon.NewAPI(cfg)
+	report := checkContract(t) // its cleanup runs after the server's: every exchange is complete
+	f.srv = httptest.NewServer(contract.Handler(f.api.Handler(), report))
 	t.Cleanup(f.srv.Close)
 	return f
 }

@@ -41,8 +41,15 @@ var (
 
 // Main runs the tests and then stops every server this package started. Use
 // it from TestMain: func TestMain(m *testing.M) { testenv.Main(m) }.
-func Main(m *testing.M) {
+func Main(m *testing.M) { MainWith(m, nil) }
+
+// MainWith is Main with after run once the tests have: it may change the
+// exit code (a suite-wide check, say), before the servers stop.
+func MainWith(m *testing.M, after func(code int) int) {
 	code := m.Run()
+	if after != nil {
+		code = after(code)
+	}
 	mu.Lock()
 	for i := len(stops) - 1; i >= 0; i-- {
 		stops[i]()
