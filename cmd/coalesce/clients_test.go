@@ -68,3 +68,32 @@ func TestPythonClient(t *testing.T) {
 	}
 	t.Logf("%s", s[strings.LastIndex(s, "Ran "):])
 }
+
+// TestTypeScriptClient runs clients/typescript's tests (node --test) against
+// the built daemon: the client's calls, the worker helper over NATS, and the
+// checks that the generated types and dist/ are current. Every test must
+// run: none may be skipped here.
+func TestTypeScriptClient(t *testing.T) {
+	t.Parallel()
+	dir, _ := filepath.Abs("../../clients/typescript")
+	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "node_modules", "typescript", "package.json"))
+	}
+	if err != nil {
+		if os.Getenv("COALESCE_REQUIRE_SERVERS") != "" {
+			t.Fatalf("node and clients/typescript's packages are required (npm ci --prefix clients/typescript): %v", err)
+		}
+		t.Skipf("no node or no clients/typescript/node_modules: %v", err)
+	}
+	d := startClientDaemon(t)
+	cmd := exec.Command(node, "--test", "test/")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "COALESCE_URL="+d.base, "COALESCE_NATS="+d.natsURL)
+	out, err := cmd.CombinedOutput()
+	s := string(out)
+	if err != nil || !strings.Contains(s, "# fail 0") || !strings.Contains(s, "# skipped 0") || strings.Contains(s, "# pass 0") {
+		t.Fatalf("node --test: %v\n%s\nserve:\n%s", err, s, d.serve.out.String())
+	}
+	t.Logf("%s", s[strings.LastIndex(s, "# tests"):])
+}

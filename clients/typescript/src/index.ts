@@ -1,0 +1,242 @@
+// A client for coalesce serve's HTTP API v1, typed from its OpenAPI
+// document (src/openapi.ts is generated from api/openapi.yaml: npm run
+// generate). Node 18+ (fetch), no runtime dependencies.
+//
+// Every submit carries an Idempotency-Key (a fresh UUID unless given), so
+// the client retries safely: a retry of an event the daemon already decided
+// gets that decision back (`replayed: true`) and is not counted again. 429
+// and 503 answers are retried after their Retry-After; network errors and
+// time-outs after a backoff.
+import type { components } from "./openapi.js";
+
+export type Event = components["schemas"]["Event"];
+export type Decision = components["schemas"]["Decision"];
+export type Explanation = components["schemas"]["Explanation"];
+export type Round = components["schemas"]["Round"];
+export type CancelAnswer = components["schemas"]["CancelAnswer"];
+export type Policy = components["schemas"]["Policy"];
+export type JobDocument = components["schemas"]["JobDocument"];
+export type StartAnswer = components["schemas"]["StartAnswer"];
+export type ErrorBody = components["schemas"]["ErrorBody"];
+export type { components, paths } from "./openapi.js";
+
+/** An error answer: HTTP status, code (unsafe_integer, no_policy, …), message, the field at fault, and a 429/503's Retry-After in seconds. */
+export class CoalesceError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly field?: string,
+    readonly retryAfter?: number,
+  ) {
+    super(code ? `${code}: ${message}` : message);
+    this.name = "CoalesceError";
+  }
+
+  static from(status: number, body: unknown, retryAfter?: number): CoalesceError {
+    const e = (body as ErrorBody | undefined)?.error;
+    if (e && typeof e.code === "string") return new CoalesceError(status, e.code, e.message, e.field, retryAfter);
+    return new CoalesceError(status, "", `HTTP ${status}: ${String(body).slice(0, 200)}`, undefined, retryAfter);
+  }
+}
+
+export interface RetryPolicy {
+  /** Attempts in all (default 5). */
+  attempts: number;
+  /** First backoff for network errors, ms, doubled each time (default 200). */
+  backoffMs: number;
+  /** Longest wait, ms (default 30000). */
+  maxWaitMs: number;
+}
+
+export interface ClientOptions {
+  token?: string;
+  /** Per-request time-out, ms (default 10000). */
+  timeoutMs?: number;
+  retry?: Partial<RetryPolicy>;
+  /** For tests: how the client waits. */
+  sleep?: (ms: number) => Promise<void>;
+  fetch?: typeof fetch;
+}
+
+export interface SubmitOptions {
+  key?: string;
+  traceparent?: string;
+  idempotencyKey?: string;
+}
+
+const retryStatuses = new Set([429, 503]);
+
+/** A client of one daemon. */
+export class Client {
+  private readonly base: string;
+  private readonly retry: RetryPolicy;
+  private readonly sleep: (ms: number) => Promise<void>;
+  private readonly fetch: typeof fetch;
+
+  constructor(baseUrl = "http://127.0.0.1:8080", private readonly opts: ClientOptions = {}) {
+    const u = new URL(baseUrl);
+    if (u.protocol !== "http:" && u.protocol !== "https:") throw new TypeError(`baseUrl ${baseUrl}: want http(s)://host:port`);
+    this.base = baseUrl.replace(/\/+$/, "");
+    this.retry = { attempts: 5, backoffMs: 200, maxWaitMs: 30000, ...opts.retry };
+    this.sleep = opts.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
+    this.fetch = opts.fetch ?? fetch;
+  }
+
+  /** Decide one event (POST /v1/events), retried safely with its Idempotency-Key. */
+  async submit(type: string, args: unknown, o: SubmitOptions = {}): Promise<Decision> {
+    const body = JSON.stringify(event(type, args, o.key, o.traceparent));
+    const headers = { "Content-Type": "application/json", "Idempotency-Key": o.idempotencyKey ?? crypto.randomUUID() };
+    return (await this.request("POST", "/v1/events", body, headers)) as Decision;
+  }
+
+  /**
+   * Decide many events (POST /v1/events:batch): NDJSON out, answers yielded
+   * as they arrive, in order — a Decision, or a CoalesceError for that
+   * event. Events without an idempotency_key get one, so a batch refused
+   * (429/503) or cut off is sent again (its answered lines excluded)
+   * without counting any event twice.
+   */
+  async *submitBatch(events: Iterable<Event> | AsyncIterable<Event>): AsyncGenerator<Decision | CoalesceError> {
+    const lines: string[] = [];
+    for await (const ev of events) lines.push(JSON.stringify({ ...ev, idempotency_key: ev.idempotency_key ?? crypto.randomUUID() }) + "\n");
+    let done = 0;
+    for (let attempt = 1; done < lines.length; attempt++) {
+      let resp: Response;
+      try {
+        resp = await this.fetch(this.base + "/v1/events:batch", {
+          method: "POST",
+          headers: this.headers({ "Content-Type": "application/x-ndjson" }),
+          body: lines.slice(done).join(""),
+          signal: AbortSignal.timeout(this.opts.timeoutMs ?? 10000),
+        });
+      } catch (err) {
+        await this.wait(attempt, undefined, err);
+        continue;
+      }
+      if (resp.status !== 200) {
+        const err = CoalesceError.from(resp.status, await json(resp), retryAfter(resp));
+        if (!retryStatuses.has(resp.status)) throw err;
+        await this.wait(attempt, err.retryAfter, err);
+        continue;
+      }
+      try {
+        for await (const line of ndjsonLines(resp.body!)) {
+          const doc = JSON.parse(line);
+          done++;
+          yield doc.error ? CoalesceError.from(200, doc) : (doc as Decision);
+        }
+      } catch (err) {
+        if (err instanceof SyntaxError) throw err;
+        await this.wait(attempt, undefined, err); // cut off: the rest again
+        continue;
+      }
+      if (done < lines.length) throw new CoalesceError(200, "short_batch", `${lines.length - done} lines of the batch were not answered`);
+    }
+  }
+
+  /** What would happen to an event, changing nothing (POST /v1/explain). */
+  async explain(type: string, args: unknown, key?: string): Promise<Explanation> {
+    return (await this.request("POST", "/v1/explain", JSON.stringify(event(type, args, key)), { "Content-Type": "application/json" })) as Explanation;
+  }
+
+  /** The pending round of a key, or undefined. */
+  async round(type: string, key: string): Promise<Round | undefined> {
+    try {
+      return (await this.request("GET", `/v1/rounds/${encodeURIComponent(type)}/${encodeURIComponent(key)}`)) as Round;
+    } catch (err) {
+      if (err instanceof CoalesceError && err.status === 404 && err.code === "not_found") return undefined;
+      throw err;
+    }
+  }
+
+  /** Cancel round `round` of a key; safe to retry (a repeat answers purged: 0, and never cancels the next round). */
+  async cancel(type: string, key: string, round: string): Promise<CancelAnswer> {
+    return (await this.request("DELETE", `/v1/rounds/${encodeURIComponent(type)}/${encodeURIComponent(key)}?round=${encodeURIComponent(round)}`)) as CancelAnswer;
+  }
+
+  /** The daemon's policies. */
+  async policies(): Promise<Policy[]> {
+    return ((await this.request("GET", "/v1/policies")) as { policies: Policy[] }).policies;
+  }
+
+  private headers(h: Record<string, string>): Record<string, string> {
+    return this.opts.token ? { ...h, Authorization: `Bearer ${this.opts.token}` } : h;
+  }
+
+  private async request(method: string, path: string, body?: string, headers: Record<string, string> = {}): Promise<unknown> {
+    for (let attempt = 1; ; attempt++) {
+      let resp: Response;
+      try {
+        resp = await this.fetch(this.base + path, {
+          method,
+          headers: this.headers(headers),
+          body,
+          signal: AbortSignal.timeout(this.opts.timeoutMs ?? 10000),
+        });
+      } catch (err) {
+        await this.wait(attempt, undefined, err); // refused, reset, timed out
+        continue;
+      }
+      const doc = await json(resp);
+      if (resp.ok) return doc;
+      const err = CoalesceError.from(resp.status, doc, retryAfter(resp));
+      if (!retryStatuses.has(resp.status)) throw err;
+      await this.wait(attempt, err.retryAfter, err);
+    }
+  }
+
+  private async wait(attempt: number, retryAfterS: number | undefined, cause: unknown): Promise<void> {
+    if (attempt >= this.retry.attempts) {
+      if (cause instanceof CoalesceError) throw cause;
+      throw new CoalesceError(0, "unavailable", `after ${attempt} attempts: ${(cause as Error)?.message ?? cause}`);
+    }
+    let ms: number;
+    if (retryAfterS !== undefined) ms = retryAfterS * 1000;
+    else {
+      ms = this.retry.backoffMs * 2 ** (attempt - 1);
+      ms += Math.random() * (ms / 2);
+    }
+    await this.sleep(Math.min(ms, this.retry.maxWaitMs));
+  }
+}
+
+function event(type: string, args: unknown, key?: string, traceparent?: string): Event {
+  const ev: Event = { type, args };
+  if (key !== undefined) ev.key = key;
+  if (traceparent !== undefined) ev.traceparent = traceparent;
+  return ev;
+}
+
+function retryAfter(resp: Response): number | undefined {
+  const v = resp.headers.get("Retry-After");
+  if (v === null || !/^\d+(\.\d+)?$/.test(v.trim())) return undefined;
+  return Number(v);
+}
+
+async function json(resp: Response): Promise<unknown> {
+  const text = await resp.text();
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+async function* ndjsonLines(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+  const dec = new TextDecoder();
+  let buf = "";
+  const reader = body.getReader();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (value) buf += dec.decode(value, { stream: true });
+    let i: number;
+    while ((i = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, i).trim();
+      buf = buf.slice(i + 1);
+      if (line) yield line;
+    }
+    if (done) break;
+  }
+  if (buf.trim()) yield buf.trim();
+}
