@@ -122,6 +122,12 @@ type Hooks struct {
 	// KeyWait is called as an exclusive job starts after waiting for its
 	// key: how long since its first delivery found the key busy.
 	KeyWait func(jobType string, waited time.Duration)
+	// Span, when set, is called as a stage of a delivery begins: "start"
+	// (closing the round) and "run" (the handler). It returns the context
+	// the stage runs with and a func called with its error as it ends (for
+	// tracing: job.TraceParent is the producer's trace context; a hook
+	// may set it to its run span, which --exec and --post pass on).
+	Span func(ctx context.Context, stage string, job *Job) (context.Context, func(err error))
 }
 
 // Config configures a Worker.
@@ -474,7 +480,9 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 			log.WarnContext(ctx, "worker: could not release the run-once claim; it expires on its own", "err", err)
 		}
 	}
-	started, err := StartDelivery(ctx, w.cfg.Coalescer, w.cfg.Publisher, job, w.cfg.MaxDeliver, w.backoff(job.Attempt))
+	sctx, endStart := w.span(ctx, "start", job)
+	started, err := StartDelivery(sctx, w.cfg.Coalescer, w.cfg.Publisher, job, w.cfg.MaxDeliver, w.backoff(job.Attempt))
+	endStart(err)
 	if err != nil {
 		// Running without closing the round would strand the events that
 		// join it meanwhile: wait for Redis instead.
@@ -569,6 +577,8 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 // handle runs the handler, telling the server the job is in progress (and
 // refreshing the run-once claim) while it runs. A panic is an error.
 func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, job *Job, h Handler, g *guard, cl *claim, lease string) (err error) {
+	ctx, end := w.span(ctx, "run", job)
+	defer func() { end(err) }() // after the recover below has set err
 	stop := make(chan struct{})
 	defer close(stop)
 	if lease != "" {
@@ -584,6 +594,14 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg, job *Job, h Hand
 		}
 	}()
 	return h(ctx, job)
+}
+
+// span begins a stage of a delivery with Hooks.Span, if set.
+func (w *Worker) span(ctx context.Context, stage string, job *Job) (context.Context, func(error)) {
+	if w.cfg.Hooks.Span == nil {
+		return ctx, func(error) {}
+	}
+	return w.cfg.Hooks.Span(ctx, stage, job)
 }
 
 // keepKey refreshes an exclusive job's key lease every third of the

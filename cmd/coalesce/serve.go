@@ -12,6 +12,7 @@ import (
 
 	"github.com/coalesce-io/coalesce/internal/config"
 	"github.com/coalesce-io/coalesce/internal/daemon"
+	"github.com/coalesce-io/coalesce/internal/telemetry"
 )
 
 // serverFlags are the flags of every command that talks to Redis and NATS.
@@ -167,7 +168,12 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if len(cfg.Policies) == 0 {
 		log.Warn("no policies configured: every event will be refused with 404 no_policy; add policies to a --config file (see README)")
 	}
-	err = daemon.Run(ctx, daemon.Options{Config: cfg, Logger: log, RefuseEviction: *refuse, ReapEvery: *reapEvery, RepairAfter: *repairAfter})
+	tracing, err := telemetry.FromEnv(ctx, "coalesce")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, log)
+	err = daemon.Run(ctx, daemon.Options{Config: cfg, Logger: log, RefuseEviction: *refuse, ReapEvery: *reapEvery, RepairAfter: *repairAfter, Tracing: tracing})
 	if err != nil {
 		return fmt.Errorf("%s", strings.TrimSpace(err.Error()))
 	}

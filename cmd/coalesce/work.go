@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/coalesce-io/coalesce/internal/daemon"
+	"github.com/coalesce-io/coalesce/internal/telemetry"
 	"github.com/coalesce-io/coalesce/worker"
 )
 
@@ -116,7 +117,12 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	}
 	m := daemon.NewMetrics(append(cfg.Types(), types...)...)
 	onPush = m.OnPush
-	conns, err := daemon.Connect(ctx, cfg, log, m, false)
+	tracing, err := telemetry.FromEnv(ctx, "coalesce-work")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, log)
+	conns, err := daemon.Connect(ctx, cfg, log, m, false, tracing)
 	if err != nil {
 		return err
 	}
@@ -135,6 +141,9 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	}
 	if *ackWait > 0 {
 		wc.AckWait = *ackWait
+	}
+	if tracing != nil {
+		wc.Hooks.Span = tracing.WorkerSpan
 	}
 	w, err := worker.New(wc)
 	if err != nil {

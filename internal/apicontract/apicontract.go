@@ -42,11 +42,11 @@ func (o Operation) String() string { return fmt.Sprintf("%s %s %d", o.Method, o.
 // Checker validates exchanges and remembers which documented answers were
 // seen. Safe for concurrent use.
 type Checker struct {
-	doc   *v3.Document
-	v     validator.Validator
-	opts  *config.ValidationOptions
-	mu    sync.Mutex
-	seen  map[Operation]int
+	doc  *v3.Document
+	v    validator.Validator
+	opts *config.ValidationOptions
+	mu   sync.Mutex
+	seen map[Operation]int
 }
 
 // New loads the document and checks it against the OpenAPI 3.1 schema.

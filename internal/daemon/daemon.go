@@ -24,6 +24,7 @@ import (
 	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/internal/config"
 	"github.com/coalesce-io/coalesce/internal/devservers"
+	"github.com/coalesce-io/coalesce/internal/telemetry"
 	"github.com/coalesce-io/coalesce/publisher"
 )
 
@@ -43,6 +44,9 @@ type Options struct {
 	// RepairAfter is how long past its due time a round not taken counts
 	// as overdue, and is looked up in the stream (debounce.DefaultRepairAfter).
 	RepairAfter time.Duration
+	// Tracing, when set, traces requests, decisions, publishes and the
+	// protocol's starts (internal/telemetry); nil: off.
+	Tracing *telemetry.Tracing
 }
 
 // DefaultReapEvery is how often the daemon looks for rounds reserved and
@@ -217,7 +221,7 @@ func (c *Conns) Close() {
 // Connect opens Redis and NATS as configured (or starts the embedded
 // development servers), runs the start-up checks, provisions the stream and
 // builds the Coalescer with the configured policies.
-func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metrics, refuseEviction bool) (*Conns, error) {
+func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metrics, refuseEviction bool, tracing ...*telemetry.Tracing) (*Conns, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -326,6 +330,9 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		return fail(fmt.Errorf("nats: %w", err))
 	}
 	dcfg := debounce.Config{Redis: c.Redis, Publisher: c.Publisher, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix, Logger: log}
+	for _, t := range tracing {
+		dcfg.Publisher = t.Publisher(dcfg.Publisher) // coalesce.publish spans
+	}
 	cfg.Local.Apply(&dcfg)
 	cfg.Redis.Replicas.Apply(&dcfg)
 	if m != nil {
@@ -409,7 +416,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	cfg := o.Config
 	m := NewMetrics(cfg.Types()...)
-	c, err := Connect(ctx, cfg, log, m, o.RefuseEviction)
+	c, err := Connect(ctx, cfg, log, m, o.RefuseEviction, o.Tracing)
 	if err != nil {
 		return err
 	}
@@ -439,7 +446,11 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		log.Info("store", "id", st.ID, "created", time.UnixMilli(st.Created).UTC().Format(time.RFC3339), "redis", st.Addr)
 	}
-	proto := NewProtocol(ProtocolConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, MaxDeliver: cfg.Worker.MaxDeliver, Metrics: m, Logger: log})
+	pcfgp := ProtocolConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, MaxDeliver: cfg.Worker.MaxDeliver, Metrics: m, Logger: log}
+	if o.Tracing != nil {
+		pcfgp.Span = o.Tracing.WorkerSpan
+	}
+	proto := NewProtocol(pcfgp)
 	if err := proto.Subscribe(c.NATS, c.Publisher.Subjects().Prefix); err != nil {
 		return err
 	}
@@ -457,7 +468,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	api := NewAPI(APIConfig{Dashboard: dash, UI: cfg.ServesUI(), Coalescer: c.Coalescer, Publisher: c.Publisher, Protocol: proto, Dead: dead, Ready: ready, Tokens: cfg.HTTP.Tokens, ReadTokens: cfg.HTTP.ReadTokens,
 		BodyLimit: cfg.HTTP.BodyLimit, Metrics: m, PublicMetrics: cfg.HTTP.PublicMetrics, Logger: log,
-		WriteTimeout: cfg.HTTP.WriteTimeout, ReadTimeout: cfg.HTTP.ReadTimeout})
+		WriteTimeout: cfg.HTTP.WriteTimeout, ReadTimeout: cfg.HTTP.ReadTimeout, Tracer: o.Tracing.Tracer()})
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http: listen %s: %w (choose another with --http)", cfg.HTTP.Listen, err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coalesce-io/coalesce/api"
 	"github.com/coalesce-io/coalesce/dashboard"
@@ -90,6 +91,9 @@ type APIConfig struct {
 	// routes; nil: not served. UI also serves its pages at /ui/.
 	Dashboard *dashboard.Dashboard
 	UI        bool
+	// Tracer, when set, traces requests and decisions (tracing.go); nil:
+	// off, at no cost.
+	Tracer trace.Tracer
 }
 
 // API serves HTTP API v1.
@@ -187,7 +191,13 @@ func (a *API) Handler() http.Handler {
 	// test, which fails when one is missing from api/openapi.yaml.
 	route := func(pattern, name string, methods []string, h func(w http.ResponseWriter, r *http.Request) *apiError, auth bool) {
 		a.routes = append(a.routes, Route{Pattern: pattern, Methods: methods, Auth: auth})
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		handle := func(pattern string, h http.HandlerFunc) {
+			if a.cfg.Tracer != nil {
+				h = traced(a.cfg.Tracer, "", pattern, h)
+			}
+			mux.HandleFunc(pattern, h)
+		}
+		handle(pattern, func(w http.ResponseWriter, r *http.Request) {
 			sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 			var e *apiError
 			switch {
@@ -501,7 +511,9 @@ func (a *API) postEvent(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := idempotencyKey(r, &ev); e != nil {
 		return e
 	}
-	d, err := a.cfg.Coalescer.Submit(r.Context(), ev)
+	ctx, end := a.submitSpan(r.Context(), &ev)
+	d, err := a.cfg.Coalescer.Submit(ctx, ev)
+	end(d, err)
 	if err != nil {
 		return submitError(err)
 	}
@@ -740,6 +752,7 @@ func readLine(br *bufio.Reader, limit int64) (line []byte, over bool, err error)
 func (a *API) decideBatch(r *http.Request, lines [][]byte) [][]byte {
 	out := make([][]byte, len(lines))
 	events := make([]debounce.Prepared, len(lines))
+	types := make([]string, len(lines))
 	groups := map[string][]int{}
 	var order []string
 	for i, line := range lines {
@@ -757,7 +770,7 @@ func (a *API) decideBatch(r *http.Request, lines [][]byte) [][]byte {
 			out[i] = errorJSON(err)
 			continue
 		}
-		events[i] = pr
+		events[i], types[i] = pr, ev.Type
 		key := pr.Key()
 		g := ev.Type + "\n" + string(key[:])
 		if _, seen := groups[g]; !seen {
@@ -777,7 +790,15 @@ func (a *API) decideBatch(r *http.Request, lines [][]byte) [][]byte {
 					return
 				}
 				for _, i := range groups[order[gi]] {
-					d, err := a.cfg.Coalescer.SubmitPrepared(r.Context(), events[i])
+					ctx, end := r.Context(), noEnd
+					if a.cfg.Tracer != nil {
+						// The line's job keeps the line's own trace context
+						// (prepared already); the span is the decision's.
+						ev := debounce.Event{Type: types[i]}
+						ctx, end = a.submitSpan(ctx, &ev)
+					}
+					d, err := a.cfg.Coalescer.SubmitPrepared(ctx, events[i])
+					end(d, err)
 					if err != nil {
 						out[i] = errorJSON(err)
 						continue

@@ -53,6 +53,9 @@ type ProtocolConfig struct {
 	MaxDeliver int                  // worker.DefaultMaxDeliver when 0
 	Metrics    *Metrics
 	Logger     *slog.Logger
+	// Span, when set, wraps each start (as worker.Hooks.Span: stage
+	// "start"), for tracing.
+	Span func(ctx context.Context, stage string, job *worker.Job) (context.Context, func(error))
 }
 
 // Protocol answers start and finish.
@@ -190,6 +193,11 @@ func (p *Protocol) Start(ctx context.Context, h nats.Header, body []byte) (Start
 	var pub debounce.Publisher
 	if p.cfg.Publisher != nil {
 		pub = p.cfg.Publisher
+	}
+	if p.cfg.Span != nil {
+		var end func(error)
+		ctx, end = p.cfg.Span(ctx, "start", job)
+		defer func() { end(nil) }()
 	}
 	s, err := worker.StartDelivery(ctx, p.cfg.Coalescer, pub, job, maxDeliver, retryIn)
 	if err != nil {
