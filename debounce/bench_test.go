@@ -89,3 +89,43 @@ func BenchmarkSubmit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSubmitIdempotencyKey measures what an idempotency key costs a
+// decision (the record written in the same script call, the event's args
+// canonicalized for its digest): the same events with and without a key,
+// local joins off for both (a keyed event always goes to Redis).
+func BenchmarkSubmitIdempotencyKey(b *testing.B) {
+	for _, payload := range []debounce.Payload{debounce.PayloadFirst, debounce.PayloadAccumulate} {
+		for _, keyed := range []bool{false, true} {
+			name := fmt.Sprintf("%s/key=%v", payload, keyed)
+			b.Run(name, func(b *testing.B) {
+				p := debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, Payload: payload,
+					KeyFields: []string{"tenant_id"}, LocalJoins: debounce.LocalJoinsOff}
+				if payload == debounce.PayloadAccumulate {
+					p.MaxItems = 1 << 20
+				}
+				c, _ := benchCoalescer(b, p)
+				ctx := context.Background()
+				var seq atomic.Int64
+				event := func() debounce.Event {
+					n := seq.Add(1)
+					ev := debounce.Event{Type: "t", Args: json.RawMessage(fmt.Sprintf(`{"tenant_id":"tenant-%d","order":%d}`, n%1000, n))}
+					if keyed {
+						ev.IdempotencyKey = fmt.Sprintf("k-%d", n)
+					}
+					return ev
+				}
+				b.ReportAllocs()
+				b.SetParallelism(25)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := c.Submit(ctx, event()); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}

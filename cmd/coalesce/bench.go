@@ -52,6 +52,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	token := fs.String("token", "", "with --http: bearer token")
 	jobType := fs.String("type", "bench", "job type (with --http, the daemon needs a policy for it)")
 	prefix := fs.String("prefix", "b", "library: Redis key prefix (runs with one prefix within a window join each other's rounds)")
+	idemKeys := fs.Bool("idempotency-keys", false, "give every event an idempotency key (a fresh one each), as the clients do")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured run to this file (go tool pprof)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -72,7 +73,17 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err := p.WithDefaults().Validate(); err != nil {
 		return usagef("%v", err)
 	}
+	nonce := time.Now().UnixNano()
+	idemOf := func(i int) string {
+		if !*idemKeys {
+			return ""
+		}
+		return fmt.Sprintf("bench-%x-%d", nonce, i)
+	}
 	doc := func(i int) []byte {
+		if *idemKeys {
+			return fmt.Appendf(nil, `{"type":%q,"args":{"tenant_id":"tenant-%d","seq":%d},"idempotency_key":%q}`, *jobType, i%*keys, i, idemOf(i))
+		}
 		return fmt.Appendf(nil, `{"type":%q,"args":{"tenant_id":"tenant-%d","seq":%d}}`, *jobType, i%*keys, i)
 	}
 
@@ -195,7 +206,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		opens = make([]bool, *events)
 		submit = func(ctx context.Context, i, _ int) error {
-			d, err := co.Submit(ctx, debounce.Event{Type: *jobType, Args: argsOf(i)})
+			d, err := co.Submit(ctx, debounce.Event{Type: *jobType, Args: argsOf(i), IdempotencyKey: idemOf(i)})
 			if err == nil {
 				count(d)
 				opens[i] = d.Outcome == debounce.OutcomeScheduled || d.Outcome == debounce.OutcomePublished

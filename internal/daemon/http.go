@@ -465,15 +465,16 @@ func submitError(err error) *apiError {
 const outageRetryAfter = 2 * time.Second
 
 // admit counts a single-event request in flight, or refuses it (429) when
-// MaxInFlight are; done must be called once it is decided.
-func (a *API) admit() (done func(), e *apiError) {
+// MaxInFlight are; an admitted request calls a.inFlight.Add(-1) once
+// decided (a deferred call, not a closure: nothing allocated).
+func (a *API) admit() *apiError {
 	if a.inFlight.Add(1) > int64(a.cfg.MaxInFlight) {
 		a.inFlight.Add(-1)
 		e := errf(http.StatusTooManyRequests, "overloaded", "", "%d requests are being decided: nothing was decided; send it again after Retry-After", a.cfg.MaxInFlight)
 		e.retryAfter = retryAfterDefault
-		return nil, e
+		return e
 	}
-	return func() { a.inFlight.Add(-1) }, nil
+	return nil
 }
 
 // traceparent takes the trace context from the header when the body has
@@ -499,11 +500,10 @@ func (a *API) readEvent(w http.ResponseWriter, r *http.Request) (debounce.Event,
 }
 
 func (a *API) postEvent(w http.ResponseWriter, r *http.Request) *apiError {
-	done, e := a.admit()
-	if e != nil {
+	if e := a.admit(); e != nil {
 		return e
 	}
-	defer done()
+	defer a.inFlight.Add(-1)
 	ev, e := a.readEvent(w, r)
 	if e != nil {
 		return e
@@ -863,11 +863,10 @@ func errorJSON(err error) []byte {
 }
 
 func (a *API) postExplain(w http.ResponseWriter, r *http.Request) *apiError {
-	done, e := a.admit()
-	if e != nil {
+	if e := a.admit(); e != nil {
 		return e
 	}
-	defer done()
+	defer a.inFlight.Add(-1)
 	ev, e := a.readEvent(w, r)
 	if e != nil {
 		return e
