@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/coalesce-io/coalesce/api"
 	"github.com/coalesce-io/coalesce/debounce"
@@ -223,4 +224,68 @@ func jsonFields(t reflect.Type, out map[string]bool) {
 		}
 		out[name] = true
 	}
+}
+
+// TestContractErrorAnswers produces the documented answers no behaviour
+// test needs, so that each is checked against the document: HEAD probes,
+// size limits and unknown types on every body route, and Redis down on the
+// routes that need it.
+func TestContractErrorAnswers(t *testing.T) {
+	t.Parallel()
+	f := newAPIWith(t, func(c *daemon.APIConfig) {
+		c.Protocol = daemon.NewProtocol(daemon.ProtocolConfig{Coalescer: c.Coalescer, Publisher: c.Publisher})
+	})
+	args := fmt.Sprintf(`{"c":"%d"}`, time.Now().UnixNano())
+	jobs, err := f.nc.SubscribeSync("co.run.notify.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out := f.do(t, "POST", "/v1/events", `{"type":"notify","args":`+args+`}`); code != 200 {
+		t.Fatalf("submit: %d %s", code, out)
+	}
+	msg, err := jobs.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := func(extra ...string) []string {
+		var h []string
+		for k, vs := range msg.Header {
+			if !strings.HasPrefix(k, "Nats-") {
+				h = append(h, k, vs[0])
+			}
+		}
+		return append(h, extra...)
+	}
+	big := strings.Repeat("x", 5000)
+	type call struct {
+		method, path, body string
+		header             []string
+		status             int
+	}
+	run := func(calls []call) {
+		for _, c := range calls {
+			if code, out := f.do(t, c.method, c.path, c.body, c.header...); code != c.status {
+				t.Errorf("%s %s: %d %.300s, want %d", c.method, c.path, code, out, c.status)
+			}
+		}
+	}
+	run([]call{
+		{"HEAD", "/healthz", "", nil, 200},
+		{"HEAD", "/readyz", "", nil, 200},
+		{"POST", "/v1/events:batch", strings.Repeat(`{"type":"notify","args":{}}`+"\n", 10_000), nil, 413},
+		{"POST", "/v1/explain", `{"type":`, nil, 400},
+		{"POST", "/v1/explain", `{"type":"nope","args":{}}`, nil, 404},
+		{"POST", "/v1/explain", `{"type":"notify","args":"` + big + `"}`, nil, 413},
+		{"POST", "/v1/jobs/start", big, headers(), 413},
+		{"POST", "/v1/jobs/finish", big, headers("Coalesce-Result", "ok"), 413},
+		{"POST", "/v1/jobs/finish", string(msg.Data), headers("Coalesce-Type", "nope", "Coalesce-Result", "ok"), 404},
+	})
+	f.redis.Stop()
+	run([]call{
+		{"HEAD", "/readyz", "", nil, 503},
+		{"POST", "/v1/explain", `{"type":"notify","args":{}}`, nil, 503},
+		{"GET", "/v1/rounds/notify/" + strings.Repeat("0", 64), "", nil, 503},
+		{"POST", "/v1/jobs/start", string(msg.Data), headers(), 503},
+		{"POST", "/v1/jobs/finish", string(msg.Data), headers("Coalesce-Result", "ok"), 503},
+	})
 }
