@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/coalesce-io/coalesce/api"
+	"github.com/coalesce-io/coalesce/dashboard"
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/internal/apicontract"
@@ -100,12 +103,21 @@ func contractCoverage(code int) int {
 	return 1
 }
 
-// allRoutesAPI is an API with every optional part configured, for its
-// routes (nothing is called).
-func allRoutesAPI() *daemon.API {
-	a := daemon.NewAPI(daemon.APIConfig{Protocol: &daemon.Protocol{}, Dead: &admin.Dead{}, Metrics: daemon.NewMetrics()})
-	a.Handler()
-	return a
+// newAllRoutesAPI serves an API with every optional part configured: the
+// worker protocol, dead letters, the dashboard's routes and pages.
+func newAllRoutesAPI(t *testing.T, readTokens []string, tokens ...string) *apiFixture {
+	t.Helper()
+	return newAPIWithFixture(t, func(_ *apiFixture, js jetstream.JetStream, c *daemon.APIConfig) {
+		c.ReadTokens = readTokens
+		c.Protocol = daemon.NewProtocol(daemon.ProtocolConfig{Coalescer: c.Coalescer, Publisher: c.Publisher})
+		c.Dead = &admin.Dead{JS: js, Stream: c.Publisher.Stream(), Subjects: c.Publisher.Subjects()}
+		d, err := dashboard.New(dashboard.Config{Coalescer: c.Coalescer, Publisher: c.Publisher, JetStream: js, Path: daemon.UIPath, APIBase: "/",
+			Tokens: c.Tokens, ReadTokens: c.ReadTokens, Counters: c.Metrics.DashboardCounters, History: c.Metrics.History})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Dashboard, c.UI = d, true
+	}, tokens...)
 }
 
 // TestContractRoutes: the routes the API serves and the document's paths
@@ -113,7 +125,7 @@ func allRoutesAPI() *daemon.API {
 func TestContractRoutes(t *testing.T) {
 	t.Parallel()
 	served := map[string][]string{}
-	for _, r := range allRoutesAPI().Routes() {
+	for _, r := range newAllRoutesAPI(t, nil).api.Routes() {
 		if r.Pattern == "/" {
 			continue // the not-found answer for everything else
 		}
@@ -160,6 +172,20 @@ var schemaTypes = map[string]struct {
 	"JobDocument": {types: []any{worker.Document{}}},
 	"StartAnswer": {types: []any{daemon.StartAnswer{}}},
 	"DeadLetter":  {types: []any{admin.DeadLetter{}}},
+	// The dashboard's (generated from these types, then kept by this test).
+	"Overview":      {types: []any{dashboard.Overview{}}},
+	"TypeOverview":  {types: []any{dashboard.TypeOverview{}}},
+	"OverdueRound":  {types: []any{dashboard.OverdueRound{}}},
+	"LocalJoins":    {types: []any{dashboard.LocalJoins{}}},
+	"OutboxState":   {types: []any{dashboard.OutboxState{}}},
+	"Series":        {types: []any{dashboard.Series{}}},
+	"RoundsPage":    {types: []any{dashboard.RoundsPage{}}},
+	"RoundEntry":    {types: []any{dashboard.RoundEntry{}}},
+	"Timeline":      {types: []any{dashboard.Timeline{}}},
+	"TimelineRound": {types: []any{dashboard.TimelineRound{}}},
+	"SearchResult":  {types: []any{dashboard.SearchResult{}}},
+	"WorkersPage":   {types: []any{dashboard.WorkersPage{}}},
+	"Worker":        {types: []any{dashboard.Worker{}}},
 }
 
 // TestContractFields: each schema's properties are exactly the JSON fields

@@ -52,6 +52,7 @@ func (a *API) uiRoutes(mux *http.ServeMux, route func(pattern, name string, meth
 		}, true)
 	}
 	if a.cfg.UI {
+		a.routes = append(a.routes, Route{Pattern: UIPath, Methods: []string{http.MethodGet}})
 		mux.Handle(UIPath, a.cfg.Dashboard.Handler())
 	}
 }

@@ -112,6 +112,8 @@ export interface paths {
                 type?: string;
                 /** @description Only the dead letters of this round token. */
                 round?: string;
+                /** @description Only the dead letters of this error code. */
+                code?: string;
             };
             header?: never;
             path?: never;
@@ -123,6 +125,130 @@ export interface paths {
         post?: never;
         /** Purge a type's dead letters (or a round's). */
         delete: operations["purgeDeadLetters"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/overview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Events, jobs saved and pending rounds per type, dead letters, local joins, the outbox (the dashboard's first page). */
+        get: operations["overview"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/rounds/{type}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                type: string;
+            };
+            cookie?: never;
+        };
+        /** A type's pending rounds, a page at a time. */
+        get: operations["rounds"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/rounds/{type}/{key}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                type: string;
+                key: string;
+            };
+            cookie?: never;
+        };
+        /** A key's recent rounds as this daemon saw them (a timeline). */
+        get: operations["roundHistory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Find a round by key, round token, explicit key or args. */
+        get: operations["search"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/workers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The job stream's consumers (the workers) and their backlog. */
+        get: operations["workers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/ui/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The web dashboard (http.ui), and its pages and assets under /ui/. */
+        get: operations["ui"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/dead:replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Run every matching dead letter once more. */
+        post: operations["replayDeadLetters"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -452,6 +578,8 @@ export interface components {
             key?: string;
             round?: string;
             reason: string;
+            /** @description Coalesce-Error-Code: why (the worker's, or the intake's error code). */
+            code?: string;
             attempts?: number;
             /** Format: date-time */
             stored: string;
@@ -468,6 +596,135 @@ export interface components {
             checks: {
                 [key: string]: string;
             };
+        };
+        Overview: {
+            /** Format: date-time */
+            now: string;
+            sample_every: string;
+            totals: components["schemas"]["TypeOverview"];
+            types: components["schemas"]["TypeOverview"][] | null;
+            dead_letters: number;
+            local_joins?: components["schemas"]["LocalJoins"];
+            outbox?: components["schemas"]["OutboxState"];
+            errors?: {
+                [key: string]: string;
+            };
+        };
+        RoundsPage: {
+            type: string;
+            rounds: components["schemas"]["RoundEntry"][] | null;
+            next: string;
+        };
+        Timeline: {
+            type: string;
+            key: string;
+            /** Format: date-time */
+            now: string;
+            rounds: components["schemas"]["TimelineRound"][] | null;
+            sees: string;
+        };
+        SearchResult: {
+            type: string;
+            kind: string;
+            key: string;
+            canonical_args?: unknown;
+            key_fields?: string[];
+            round: components["schemas"]["Round"] | null;
+        };
+        WorkersPage: {
+            stream: string;
+            messages: number;
+            workers: components["schemas"]["Worker"][] | null;
+        };
+        TypeOverview: {
+            type?: string;
+            events: number;
+            jobs: number;
+            jobs_saved: number;
+            events_per_job: number;
+            pending: number;
+            pending_more?: boolean;
+            oldest_overdue?: components["schemas"]["OverdueRound"];
+            dead_letters: number;
+            series?: components["schemas"]["Series"];
+        };
+        LocalJoins: {
+            joined: number;
+            flushes: number;
+            resubmitted: number;
+            flush_errors: number;
+            rounds: number;
+        };
+        OutboxState: {
+            backlog_rows: number;
+            oldest_row_seconds: number;
+        };
+        RoundEntry: {
+            key: string;
+            round: string;
+            state: string;
+            scheduled: boolean;
+            /** Format: date-time */
+            due_at?: string;
+            /** Format: date-time */
+            opened_at?: string;
+            /** Format: date-time */
+            first_seen?: string;
+            /** Format: date-time */
+            last_seen?: string;
+            events: number;
+            items?: number;
+            args?: unknown;
+            args_truncated?: boolean;
+            payload?: unknown;
+            fingerprint?: string;
+            seq: number;
+        };
+        TimelineRound: {
+            round: string;
+            state: string;
+            /** Format: date-time */
+            opened_at?: string;
+            /** Format: date-time */
+            due_at?: string;
+            /** Format: date-time */
+            first_seen?: string;
+            /** Format: date-time */
+            last_seen?: string;
+            events: number;
+            events_at?: string[];
+            /** Format: date-time */
+            started_at?: string;
+            starts?: number;
+            /** Format: date-time */
+            finished_at?: string;
+            recorded: boolean;
+        };
+        Worker: {
+            name: string;
+            filter_subjects: string[] | null;
+            pending: number;
+            ack_pending: number;
+            redelivered: number;
+            waiting: number;
+            /** Format: date-time */
+            last_delivered?: string;
+            ack_wait: string;
+            max_deliver: number;
+        };
+        OverdueRound: {
+            key: string;
+            round: string;
+            /** Format: date-time */
+            due_at: string;
+            overdue_by: string;
+            overdue_seconds: number;
+        };
+        Series: {
+            t: number[] | null;
+            events_per_s: number[] | null;
+            jobs_per_s: number[] | null;
+            events_per_job: number[] | null;
         };
     };
     responses: {
@@ -811,6 +1068,8 @@ export interface operations {
                 type?: string;
                 /** @description Only the dead letters of this round token. */
                 round?: string;
+                /** @description Only the dead letters of this error code. */
+                code?: string;
                 limit?: number;
             };
             header?: never;
@@ -827,6 +1086,12 @@ export interface operations {
                 content: {
                     "application/json": {
                         dead_letters: components["schemas"]["DeadLetter"][];
+                        /** @description How many match (the list stops at limit). */
+                        matching: number;
+                        /** @description Matching dead letters by error code. */
+                        codes: {
+                            [key: string]: number;
+                        } | null;
                     };
                 };
             };
@@ -842,6 +1107,8 @@ export interface operations {
                 type?: string;
                 /** @description Only the dead letters of this round token. */
                 round?: string;
+                /** @description Only the dead letters of this error code. */
+                code?: string;
             };
             header?: never;
             path?: never;
@@ -850,6 +1117,184 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["Purged"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    overview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The overview. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Overview"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    rounds: {
+        parameters: {
+            query?: {
+                limit?: number;
+                /** @description The `next` of the page before. */
+                after?: string;
+            };
+            header?: never;
+            path: {
+                type: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of rounds. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoundsPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    roundHistory: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                type: string;
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The timeline. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Timeline"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    search: {
+        parameters: {
+            query?: {
+                type?: string;
+                q?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What the query names, and its pending round. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SearchResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    workers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The workers. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkersPage"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    ui: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+        };
+    };
+    replayDeadLetters: {
+        parameters: {
+            query?: {
+                type?: string;
+                round?: string;
+                code?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description How many were replayed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        replayed: number;
+                    };
+                };
+            };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             503: components["responses"]["Unavailable"];
