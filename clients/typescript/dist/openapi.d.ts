@@ -752,6 +752,15 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
+        /** @description `read_only`: a read-only token (http.read_tokens) on a route that acts; `csrf`: the dashboard's session cookie without its page's CSRF token. */
+        Forbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
         /** @description `no_policy`: no policy for the job type. */
         NoPolicy: {
             headers: {
@@ -900,6 +909,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NoPolicy"];
             413: components["responses"]["TooLarge"];
             422: components["responses"]["IdempotencyKeyReused"];
@@ -935,6 +945,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["TooLarge"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
@@ -964,6 +975,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NoPolicy"];
             413: components["responses"]["TooLarge"];
             429: components["responses"]["TooManyRequests"];
@@ -1025,6 +1037,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             /** @description `other_round`: another round of the key is pending (not cancelled); `already_started`: its job has started. */
             409: {
@@ -1119,6 +1132,7 @@ export interface operations {
             200: components["responses"]["Purged"];
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             503: components["responses"]["Unavailable"];
         };
     };
@@ -1297,6 +1311,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             503: components["responses"]["Unavailable"];
         };
     };
@@ -1342,6 +1357,7 @@ export interface operations {
             200: components["responses"]["Purged"];
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
         };
@@ -1374,6 +1390,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
         };
@@ -1405,6 +1422,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NoPolicy"];
             413: components["responses"]["TooLarge"];
             503: components["responses"]["Unavailable"];
@@ -1438,6 +1456,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NoPolicy"];
             413: components["responses"]["TooLarge"];
             503: components["responses"]["Unavailable"];
@@ -1471,6 +1490,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NoPolicy"];
             413: components["responses"]["TooLarge"];
             503: components["responses"]["Unavailable"];

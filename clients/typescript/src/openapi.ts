@@ -753,6 +753,15 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
+        /** @description `read_only`: a read-only token (http.read_tokens) on a route that acts; `csrf`: the dashboard's session cookie without its page's CSRF token. */
+        Forbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
         /** @description `no_policy`: no policy for the job type. */
         NoPolicy: {
             headers: {
@@ -901,6 +910,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NoPolicy"];
             413: components["responses"]["TooLarge"];
             422: components["responses"]["IdempotencyKeyReused"];
@@ -936,6 +946,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["TooLarge"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
@@ -965,6 +976,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NoPolicy"];
             413: components["responses"]["TooLarge"];
             429: components["responses"]["TooManyRequests"];
@@ -1026,6 +1038,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             /** @description `other_round`: another round of the key is pending (not cancelled); `already_started`: its job has started. */
             409: {
@@ -1120,6 +1133,7 @@ export interface operations {
             200: components["responses"]["Purged"];
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             503: components["responses"]["Unavailable"];
         };
     };
@@ -1298,6 +1312,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             503: components["responses"]["Unavailable"];
         };
     };
@@ -1343,6 +1358,7 @@ export interface operations {
             200: components["responses"]["Purged"];
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
         };
@@ -1375,6 +1391,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             503: components["responses"]["Unavailable"];
         };
@@ -1406,6 +1423,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NoPolicy"];
             413: components["responses"]["TooLarge"];
             503: components["responses"]["Unavailable"];
@@ -1439,6 +1457,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NoPolicy"];
             413: components["responses"]["TooLarge"];
             503: components["responses"]["Unavailable"];
@@ -1472,6 +1491,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NoPolicy"];
             413: components["responses"]["TooLarge"];
             503: components["responses"]["Unavailable"];
