@@ -72,15 +72,22 @@ func checkContract(t *testing.T) func(string) {
 // excusedStatuses are documented answers no test of this package produces,
 // and why.
 var excusedStatuses = map[apicontract.Operation]string{
-	{Method: "POST", Path: "/v1/events", Status: 500}:                "a bug's answer (submitError's default)",
-	{Method: "GET", Path: "/v1/openapi.json", Status: 401}:           "the same auth wrapper as every /v1 route (TestContractEveryRouteNeedsAToken covers the others)",
-	{Method: "DELETE", Path: "/v1/rounds/{type}/{key}", Status: 503}: "a cancel needs Redis, then NATS: the outage cases are TestStoreDownFailClosedIs503's submit",
-	{Method: "POST", Path: "/v1/jobs/progress", Status: 0}:           "exclusive leases over HTTP: covered over NATS by the protocol tests, and by cmd/coalesce",
-	{Method: "GET", Path: "/v1/dead", Status: 0}:                     "dead letters over HTTP: TestDeadLettersEndToEnd (cmd/coalesce) runs them on the built binary",
-	{Method: "DELETE", Path: "/v1/dead", Status: 0}:                  "as GET /v1/dead",
-	{Method: "GET", Path: "/v1/dead/{seq}", Status: 0}:               "as GET /v1/dead",
-	{Method: "DELETE", Path: "/v1/dead/{seq}", Status: 0}:            "as GET /v1/dead",
-	{Method: "POST", Path: "/v1/dead/{seq}/replay", Status: 0}:       "as GET /v1/dead",
+	{Method: "POST", Path: "/v1/events", Status: 500}:                     "a bug's answer (submitError's default)",
+	{Method: "GET", Path: "/v1/openapi.json", Status: 401}:                "the same auth wrapper as every /v1 route (TestContractEveryRouteNeedsAToken covers the others)",
+	{Method: "DELETE", Path: "/v1/rounds/{type}/{key}", Status: 503}:      "a cancel needs Redis, then NATS: the outage cases are TestStoreDownFailClosedIs503's submit",
+	{Method: "POST", Path: "/v1/events:batch", Status: 503}:               "spool_failed (no temporary file) and canceled (the client left while waiting for a slot): no test makes a disk fail",
+	{Method: "POST", Path: "/v1/explain", Status: 429}:                    "the same admit() as POST /v1/events, whose 429 TestBackPressure produces",
+	{Method: "POST", Path: "/v1/explain", Status: 403}:                    "csrf: the dashboard's session cookie without its CSRF token (access_test.go covers the cookie on the acting routes); a read-only token may explain",
+	{Method: "GET", Path: "/v1/overview", Status: 0}:                      "its 400 and 503 come from the dashboard's own checks (its tests); with Redis down it answers 200 with errors",
+	{Method: "GET", Path: "/v1/rounds/{type}/{key}/history", Status: 503}: "the history is the daemon's memory: it needs no server",
+	{Method: "GET", Path: "/v1/workers", Status: 503}:                     "NATS down: no test stops the embedded NATS under the API",
+	{Method: "POST", Path: "/v1/dead:replay", Status: 0}:                  "400 and 503 as GET /v1/dead: TestDeadLettersEndToEnd (cmd/coalesce) on the built binary",
+	{Method: "POST", Path: "/v1/jobs/progress", Status: 0}:                "exclusive leases over HTTP: covered over NATS by the protocol tests, and by cmd/coalesce",
+	{Method: "GET", Path: "/v1/dead", Status: 0}:                          "dead letters over HTTP: TestDeadLettersEndToEnd (cmd/coalesce) runs them on the built binary",
+	{Method: "DELETE", Path: "/v1/dead", Status: 0}:                       "as GET /v1/dead",
+	{Method: "GET", Path: "/v1/dead/{seq}", Status: 0}:                    "as GET /v1/dead",
+	{Method: "DELETE", Path: "/v1/dead/{seq}", Status: 0}:                 "as GET /v1/dead",
+	{Method: "POST", Path: "/v1/dead/{seq}/replay", Status: 0}:            "as GET /v1/dead",
 }
 
 // contractCoverage fails a full run of the package (no -run) that left a
@@ -258,9 +265,7 @@ func jsonFields(t reflect.Type, out map[string]bool) {
 // routes that need it.
 func TestContractErrorAnswers(t *testing.T) {
 	t.Parallel()
-	f := newAPIWith(t, func(c *daemon.APIConfig) {
-		c.Protocol = daemon.NewProtocol(daemon.ProtocolConfig{Coalescer: c.Coalescer, Publisher: c.Publisher})
-	})
+	f := newAllRoutesAPI(t, nil)
 	args := fmt.Sprintf(`{"c":"%d"}`, time.Now().UnixNano())
 	jobs, err := f.nc.SubscribeSync("co.run.notify.>")
 	if err != nil {
@@ -305,12 +310,19 @@ func TestContractErrorAnswers(t *testing.T) {
 		{"POST", "/v1/jobs/start", big, headers(), 413},
 		{"POST", "/v1/jobs/finish", big, headers("Coalesce-Result", "ok"), 413},
 		{"POST", "/v1/jobs/finish", string(msg.Data), headers("Coalesce-Type", "nope", "Coalesce-Result", "ok"), 404},
+		{"GET", "/ui/", "", nil, 200},
+		{"GET", "/v1/workers", "", nil, 200},
+		{"POST", "/v1/dead:replay?type=notify", "", nil, 200},
+		{"GET", "/v1/rounds/nope", "", nil, 404},
+		{"GET", "/v1/rounds/nope/" + strings.Repeat("0", 64) + "/history", "", nil, 404},
 	})
 	f.redis.Stop()
 	run([]call{
 		{"HEAD", "/readyz", "", nil, 503},
 		{"POST", "/v1/explain", `{"type":"notify","args":{}}`, nil, 503},
 		{"GET", "/v1/rounds/notify/" + strings.Repeat("0", 64), "", nil, 503},
+		{"GET", "/v1/rounds/notify", "", nil, 503},
+		{"GET", "/v1/search?type=notify&q=" + strings.Repeat("0", 64), "", nil, 503},
 		{"POST", "/v1/jobs/start", string(msg.Data), headers(), 503},
 		{"POST", "/v1/jobs/finish", string(msg.Data), headers("Coalesce-Result", "ok"), 503},
 	})
