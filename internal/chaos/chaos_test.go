@@ -202,10 +202,11 @@ func faultRestartEmbedded(kill bool) func(ctx context.Context, e *env) {
 	}
 }
 
-// faultSentinelFailover, every 8-15s: holds the replica's link back for
-// 1-3s, SIGKILLs the primary (what its front proxy held goes with it),
-// waits for the Sentinels to promote the replica, and starts the old
-// primary again: the Sentinels make it a replica of the new one.
+// faultSentinelFailover, 8-15s after the last one settled: holds the
+// replica's link back for 1-3s, SIGKILLs the primary (what its front proxy
+// held goes with it), waits for the Sentinels to promote the replica, starts
+// the old primary again (the Sentinels make it a replica of the new one) and
+// waits until it is online.
 func faultSentinelFailover(ctx context.Context, e *env) {
 	for sleepCtx(ctx, between(8*time.Second, 15*time.Second)) {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -253,12 +254,34 @@ func faultSentinelFailover(ctx context.Context, e *env) {
 			e.t.Errorf("restart the old primary: %v", err)
 		}
 		e.note("%s started again (to be a replica)", addr)
+		// The next failover waits until the new primary has an online
+		// replica again: one still syncing would be promoted with its old
+		// data (Sentinel does that), and with acks every decision meanwhile
+		// is refused (with fail: closed), so a failover every few seconds
+		// would refuse everything, for ever.
+		var np *testenv.RedisNode
+		for _, n := range e.nodes {
+			if n.Addr == next {
+				np = n
+			}
+		}
+		if np != nil {
+			wctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			err := np.WaitOnlineReplica(wctx, 90*time.Second)
+			cancel()
+			if err != nil {
+				e.t.Errorf("failover: %v", err)
+				return
+			}
+			e.note("%s has an online replica again", next)
+		}
 	}
 }
 
-// faultClusterFailover, every 8-15s: SIGKILLs a random primary of the Redis
-// Cluster, waits until its replica is promoted, and starts it again: it
-// rejoins as the new primary's replica.
+// faultClusterFailover, 8-15s after the last one settled: SIGKILLs a random
+// primary of the Redis Cluster, waits until its replica is promoted, starts
+// it again (it rejoins as the new primary's replica) and waits until it is
+// online.
 func faultClusterFailover(ctx context.Context, e *env) {
 	for sleepCtx(ctx, between(8*time.Second, 15*time.Second)) {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -291,6 +314,14 @@ func faultClusterFailover(ctx context.Context, e *env) {
 			e.t.Errorf("restart %s: %v", victim, err)
 		}
 		e.note("%s started again (to be a replica)", victim)
+		wctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		err = e.rcluster.WaitOnlineReplicas(wctx, 90*time.Second)
+		cancel()
+		if err != nil {
+			e.t.Errorf("failover: %v", err)
+			return
+		}
+		e.note("every primary has an online replica again")
 	}
 }
 
