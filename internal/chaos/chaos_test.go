@@ -235,11 +235,13 @@ func faultSentinelFailover(ctx context.Context, e *env) {
 		primary.Stop()
 		killed := time.Now().UnixNano()
 		primary.HoldReplicas(false)
+		e.mu.Lock()
 		if e.acksOff {
-			e.mu.Lock()
 			e.failoverLoss = append(e.failoverLoss, Interval{From: held - int64(time.Second), To: killed})
-			e.mu.Unlock()
+		} else {
+			e.ackedFailovers = append(e.ackedFailovers, Interval{From: held, To: killed})
 		}
+		e.mu.Unlock()
 		e.note("SIGKILL the primary %s", addr)
 		wctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		next, err := e.sentinels.WaitPrimary(wctx, addr, 60*time.Second)
@@ -293,6 +295,14 @@ func faultClusterFailover(ctx context.Context, e *env) {
 		}
 		victim := primaries[rand.IntN(len(primaries))]
 		e.rcluster.Kill(victim)
+		killed := time.Now().UnixNano()
+		e.mu.Lock()
+		if e.acksOff {
+			e.failoverLoss = append(e.failoverLoss, Interval{From: killed - int64(time.Second), To: killed})
+		} else {
+			e.ackedFailovers = append(e.ackedFailovers, Interval{From: killed - int64(time.Second), To: killed})
+		}
+		e.mu.Unlock()
 		e.note("SIGKILL the cluster primary %s", victim)
 		deadline := time.Now().Add(60 * time.Second)
 		for {
@@ -543,7 +553,8 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 		}
 	}
 	res := Check(Input{Events: events, Starts: e.starts, RedisLoss: e.redisLoss, SnapshotLoss: e.snapshotLoss, ClockSlack: slack,
-		Resubmitted: resubmitted, ProducerKills: kills, FailoverLoss: e.failoverLoss,
+		Resubmitted: resubmitted, ProducerKills: kills, FailoverLoss: e.failoverLoss, AckedFailovers: e.ackedFailovers,
+		LocalTypes: map[string]bool{"fixed": true, "excl": true},
 		Throttle:   map[string]time.Duration{"throttle": throttleWindow},
 		Accumulate: map[string]bool{"accum": true}, Last: map[string]bool{"extend": true}})
 	if err := writeEvents(filepath.Join(e.dir, "events.jsonl"), events); err != nil {
