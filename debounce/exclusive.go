@@ -67,9 +67,24 @@ func (c *Coalescer) TakeKey(ctx context.Context, job Job, owner string) (KeyLeas
 	waits := redisKey(c.prefix, c.mixOf(job.Type), job.Key, "ew"+job.Token.String())
 	keep := max(job.TTL, time.Hour)
 	now := c.now()
-	r, err := c.eval(ctx, leaseTakeScript, []string{c.leaseKey(job), waits}, owner, lease.Milliseconds(), keep.Milliseconds(), now.UnixMilli()).Int64Slice()
+	// A lease a failover could lose would let the key's next job start
+	// beside this one: under fail: closed it is taken only where a replica
+	// confirms it (replication.go), as the round's take is.
+	p, known := c.policies[job.Type]
+	strict := known && p.Fail == FailClosed
+	if strict {
+		if err := c.noReplica(ctx, c.leaseKey(job)); err != nil {
+			return KeyLease{}, fmt.Errorf("%w: take the key of %s %s: %w", ErrStoreUnavailable, job.Type, job.Key, err)
+		}
+	}
+	cmd, doubt := c.evalDoubt(ctx, leaseTakeScript, []string{c.leaseKey(job), waits}, owner, lease.Milliseconds(), keep.Milliseconds(), now.UnixMilli())
+	r, err := cmd.Int64Slice()
 	if err != nil || len(r) < 2 {
 		return KeyLease{}, fmt.Errorf("%w: take the key of %s %s: %v", ErrStoreUnavailable, job.Type, job.Key, err)
+	}
+	if doubt != nil && strict && r[0] != 0 {
+		_, _ = fence.Release(ctx, c.rdb, c.leaseKey(job), owner) // best effort: else it lapses within the lease
+		return KeyLease{}, fmt.Errorf("%w: take the key of %s %s: %w", ErrStoreUnavailable, job.Type, job.Key, doubt)
 	}
 	if r[0] == 0 {
 		return KeyLease{Left: time.Duration(max(r[1], 0)) * time.Millisecond}, nil

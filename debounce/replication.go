@@ -263,6 +263,15 @@ func (c *Coalescer) noReplica(ctx context.Context, key string) error {
 	return &ReplicationError{Addr: addr, Want: rs.ackFor(addr)}
 }
 
+// ReplicaAcks is how many replicas confirm each decision and take now (0:
+// none, with Replication off, or auto on a Redis without replicas).
+func (c *Coalescer) ReplicaAcks(ctx context.Context) int {
+	if !c.repl.active(ctx) {
+		return 0
+	}
+	return c.repl.ackFor("")
+}
+
 // ackFor is how many replicas the primary at addr must confirm.
 func (rs *replState) ackFor(string) int {
 	if rs.fixed > 0 {

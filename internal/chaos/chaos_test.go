@@ -202,10 +202,11 @@ func faultRestartEmbedded(kill bool) func(ctx context.Context, e *env) {
 	}
 }
 
-// faultSentinelFailover, every 8-15s: holds the replica's link back for
-// 1-3s, SIGKILLs the primary (what its front proxy held goes with it),
-// waits for the Sentinels to promote the replica, and starts the old
-// primary again: the Sentinels make it a replica of the new one.
+// faultSentinelFailover, 8-15s after the last one settled: holds the
+// replica's link back for 1-3s, SIGKILLs the primary (what its front proxy
+// held goes with it), waits for the Sentinels to promote the replica, starts
+// the old primary again (the Sentinels make it a replica of the new one) and
+// waits until it is online.
 func faultSentinelFailover(ctx context.Context, e *env) {
 	for sleepCtx(ctx, between(8*time.Second, 15*time.Second)) {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -234,11 +235,13 @@ func faultSentinelFailover(ctx context.Context, e *env) {
 		primary.Stop()
 		killed := time.Now().UnixNano()
 		primary.HoldReplicas(false)
+		e.mu.Lock()
 		if e.acksOff {
-			e.mu.Lock()
 			e.failoverLoss = append(e.failoverLoss, Interval{From: held - int64(time.Second), To: killed})
-			e.mu.Unlock()
+		} else {
+			e.ackedFailovers = append(e.ackedFailovers, Interval{From: held, To: killed})
 		}
+		e.mu.Unlock()
 		e.note("SIGKILL the primary %s", addr)
 		wctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		next, err := e.sentinels.WaitPrimary(wctx, addr, 60*time.Second)
@@ -253,12 +256,34 @@ func faultSentinelFailover(ctx context.Context, e *env) {
 			e.t.Errorf("restart the old primary: %v", err)
 		}
 		e.note("%s started again (to be a replica)", addr)
+		// The next failover waits until the new primary has an online
+		// replica again: one still syncing would be promoted with its old
+		// data (Sentinel does that), and with acks every decision meanwhile
+		// is refused (with fail: closed), so a failover every few seconds
+		// would refuse everything, for ever.
+		var np *testenv.RedisNode
+		for _, n := range e.nodes {
+			if n.Addr == next {
+				np = n
+			}
+		}
+		if np != nil {
+			wctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			err := np.WaitOnlineReplica(wctx, 90*time.Second)
+			cancel()
+			if err != nil {
+				e.t.Errorf("failover: %v", err)
+				return
+			}
+			e.note("%s has an online replica again", next)
+		}
 	}
 }
 
-// faultClusterFailover, every 8-15s: SIGKILLs a random primary of the Redis
-// Cluster, waits until its replica is promoted, and starts it again: it
-// rejoins as the new primary's replica.
+// faultClusterFailover, 8-15s after the last one settled: SIGKILLs a random
+// primary of the Redis Cluster, waits until its replica is promoted, starts
+// it again (it rejoins as the new primary's replica) and waits until it is
+// online.
 func faultClusterFailover(ctx context.Context, e *env) {
 	for sleepCtx(ctx, between(8*time.Second, 15*time.Second)) {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -270,6 +295,14 @@ func faultClusterFailover(ctx context.Context, e *env) {
 		}
 		victim := primaries[rand.IntN(len(primaries))]
 		e.rcluster.Kill(victim)
+		killed := time.Now().UnixNano()
+		e.mu.Lock()
+		if e.acksOff {
+			e.failoverLoss = append(e.failoverLoss, Interval{From: killed - int64(time.Second), To: killed})
+		} else {
+			e.ackedFailovers = append(e.ackedFailovers, Interval{From: killed - int64(time.Second), To: killed})
+		}
+		e.mu.Unlock()
 		e.note("SIGKILL the cluster primary %s", victim)
 		deadline := time.Now().Add(60 * time.Second)
 		for {
@@ -291,6 +324,14 @@ func faultClusterFailover(ctx context.Context, e *env) {
 			e.t.Errorf("restart %s: %v", victim, err)
 		}
 		e.note("%s started again (to be a replica)", victim)
+		wctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		err = e.rcluster.WaitOnlineReplicas(wctx, 90*time.Second)
+		cancel()
+		if err != nil {
+			e.t.Errorf("failover: %v", err)
+			return
+		}
+		e.note("every primary has an online replica again")
 	}
 }
 
@@ -512,7 +553,8 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 		}
 	}
 	res := Check(Input{Events: events, Starts: e.starts, RedisLoss: e.redisLoss, SnapshotLoss: e.snapshotLoss, ClockSlack: slack,
-		Resubmitted: resubmitted, ProducerKills: kills, FailoverLoss: e.failoverLoss,
+		Resubmitted: resubmitted, ProducerKills: kills, FailoverLoss: e.failoverLoss, AckedFailovers: e.ackedFailovers,
+		LocalTypes: map[string]bool{"fixed": true, "excl": true},
 		Throttle:   map[string]time.Duration{"throttle": throttleWindow},
 		Accumulate: map[string]bool{"accum": true}, Last: map[string]bool{"extend": true}})
 	if err := writeEvents(filepath.Join(e.dir, "events.jsonl"), events); err != nil {

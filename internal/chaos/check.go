@@ -45,6 +45,14 @@ type Input struct {
 	// primary. A write applied in it may be missing on the promoted replica
 	// (documented: what acks are for).
 	FailoverLoss []Interval
+	// AckedFailovers: each Redis failover with replica acks on (from the
+	// moment the replica's link was held back to the primary's SIGKILL).
+	// Accepted decisions were replicated; the counts of locally joined
+	// events (LocalTypes) answered in the flush interval before may not
+	// be (documented: as a producer crash's), never their coverage.
+	AckedFailovers []Interval
+	// LocalTypes: the job types whose events may be answered locally.
+	LocalTypes map[string]bool
 }
 
 // Kill is a producer's SIGKILL.
@@ -92,6 +100,10 @@ const (
 	// back, before the primary was killed and the replica promoted, with
 	// replica acks off: the promoted replica never had it (documented).
 	CauseFailover = "redis failover without replica acks"
+	// CauseLocalFailover: a locally joined event's count flushed to a
+	// primary that failed over before its replica confirmed the flush
+	// (acks on): the round's job covers it, its count lacks it.
+	CauseLocalFailover = "local-join count flushed unconfirmed before a failover"
 )
 
 // Result is what the checks found in one scenario.

@@ -392,11 +392,12 @@ type env struct {
 	redisKeeps bool // redis-server runs with persistence: a restart keeps the data
 
 	// Sentinel and Redis Cluster scenarios.
-	nodes        []*testenv.RedisNode // a primary and its replica
-	sentinels    *testenv.Sentinels
-	rcluster     *testenv.RedisCluster
-	acksOff      bool
-	failoverLoss []Interval
+	nodes          []*testenv.RedisNode // a primary and its replica
+	sentinels      *testenv.Sentinels
+	rcluster       *testenv.RedisCluster
+	acksOff        bool
+	failoverLoss   []Interval
+	ackedFailovers []Interval
 
 	mu           sync.Mutex
 	redisLoss    []Interval

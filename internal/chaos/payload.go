@@ -200,6 +200,13 @@ func fencingCause(rid string, rd *round, at int64, in Input) string {
 			return CauseResubmitted
 		}
 	}
+	if in.LocalTypes[rd.typ] {
+		for _, f := range in.AckedFailovers {
+			if rd.lo < f.To && f.From-int64(time.Second) < at {
+				return CauseLocalFailover
+			}
+		}
+	}
 	for i := range in.Events {
 		e := &in.Events[i]
 		if !e.Accepted() || e.Round == "" || roundID(e.Type, e.Key, e.Round) != rid {

@@ -352,7 +352,7 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		persistence = "snapshot in the data folder every second and at a graceful stop"
 	}
 	log.Info("connected", "redis_version", info.Version, "redis_eviction", info.EvictionPolicy, "redis_persistence", persistence,
-		"nats_version", c.Publisher.ServerVersion(), "stream", c.Publisher.Stream(), "policies", len(cfg.Policies))
+		"redis_replica_acks", c.Coalescer.ReplicaAcks(ctx), "nats_version", c.Publisher.ServerVersion(), "stream", c.Publisher.Stream(), "policies", len(cfg.Policies))
 	if c.Dev != nil {
 		logRestore(ctx, c, log)
 	}

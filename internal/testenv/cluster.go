@@ -119,6 +119,30 @@ func (c *RedisCluster) Primaries(ctx context.Context) ([]string, error) {
 	return nil, last
 }
 
+// WaitOnlineReplicas waits until every primary counts a replica online.
+func (c *RedisCluster) WaitOnlineReplicas(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		primaries, err := c.Primaries(ctx)
+		ok := err == nil && len(primaries) > 0
+		for _, a := range primaries {
+			node := redis.NewClient(&redis.Options{Addr: a, DisableIdentity: true, MaxRetries: -1})
+			raw, ierr := node.Info(ctx, "replication").Result()
+			node.Close()
+			if ierr != nil || !strings.Contains(raw, "state=online") {
+				ok = false
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not every primary has an online replica after %v (%v)", limit, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (c *RedisCluster) nodeArgs(port string) []string {
 	return append([]string{"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes-" + port + ".conf", "--cluster-node-timeout", "2000"}, c.extra...)

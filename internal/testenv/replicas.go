@@ -104,6 +104,24 @@ func WaitLinkUp(ctx context.Context, c *redis.Client, limit time.Duration) error
 	}
 }
 
+// WaitOnlineReplica waits until n, a primary, counts a replica online (one
+// that finished its sync).
+func (n *RedisNode) WaitOnlineReplica(ctx context.Context, limit time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: n.RedisServer.Addr, DisableIdentity: true, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		raw, err := c.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(raw, "state=online") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s counts no replica online after %v: %v %s", n.Addr, limit, err, raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // HoldReplicas holds back (true) or lets go (false) the replication links
 // into n: its replicas stop receiving its writes and stop acknowledging
 // them, as over a slow or partitioned link.
