@@ -336,3 +336,83 @@ func countNode(ctx context.Context, node *redis.Client, prefix string, onReplica
 	}
 	return nil
 }
+
+// goneLocator is a Publisher whose stream no longer holds any round's
+// message (a job that ran was acknowledged and removed), and which drops a
+// second publish of one (token, version) as JetStream's duplicate window
+// does.
+type goneLocator struct{ recorder }
+
+func (g *goneLocator) Pending(context.Context, debounce.Job) (bool, error) { return false, nil }
+
+// TestRoundBroughtBackUnpublishedIsPublishedAgain: a failover without acks
+// can bring back a packed round whose job already ran, without its take and
+// without the mark that it was published. An event joining it publishes it
+// again — the same message id, which the stream drops as a duplicate — so
+// it must also keep the round's identity for the reaper, which then finds
+// the message gone and publishes a new version. (Failed on 80bd159: the
+// reaper saw no identity, the round took in events for a job that never
+// came.)
+func TestRoundBroughtBackUnpublishedIsPublishedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testenv.SharedRedis(t).Client(t)
+	pub := &goneLocator{}
+	clock := &fakeClock{now: time.Now().Truncate(time.Millisecond)}
+	prefix := testenv.Prefix(t)
+	c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: prefix, Now: clock.Now,
+		Policies: []debounce.Policy{{Type: "fixed", Mode: debounce.ModeDebounce, Window: time.Second, KeyFields: []string{"tenant"}, LocalJoins: debounce.LocalJoinsOff}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(id int) debounce.Decision {
+		d, err := c.Submit(ctx, debounce.Event{Type: "fixed", Args: json.RawMessage(fmt.Sprintf(`{"tenant":1,"id":%d}`, id))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := submit(1)
+	key := roundKeyOn(t, rdb, prefix)
+	dump, err := rdb.Dump(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := rdb.PExpireTime(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := pub.distinct()
+	clock.Advance(2 * time.Second)
+	if rel, err := c.Start(ctx, jobs[0]); err != nil || rel.Result != debounce.ReleaseReleased {
+		t.Fatalf("Start: %+v %v", rel, err)
+	}
+	// The failover: the round as it was before its take, and before the
+	// mark that it was published.
+	if err := rdb.RestoreReplace(ctx, key, 0, dump).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.PExpireAt(ctx, key, time.UnixMilli(exp.Milliseconds())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.DecrBy(ctx, key, 1<<38).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(3 * time.Second)
+	if j := submit(2); j.Round != d.Round || j.Outcome != debounce.OutcomeCoalesced {
+		t.Fatalf("the second event: %+v, want coalesced into %s", j, d.Round)
+	}
+	if n := len(pub.distinct()); n != 1 {
+		t.Fatalf("%d distinct messages before the reaper, want 1 (the joiner's publish is the duplicate of the first)", n)
+	}
+	r := c.NewReaper()
+	r.RepairAfter = time.Second
+	rep, err := r.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs = pub.distinct()
+	if rep.Repaired != 1 || len(jobs) != 2 || jobs[1].Version != 1 || jobs[1].Token != d.Round {
+		t.Fatalf("reconcile %+v, jobs %+v: want the round published again as version 1", rep, jobs)
+	}
+}

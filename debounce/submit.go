@@ -258,6 +258,14 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 			return d, err
 		}
 		c.markPublished(ctx, p, key, r)
+		if !p.hash && r.status == statusJoined && p.releasedByJob() {
+			// A round left unpublished whose message is gone: its job may
+			// have run (a failover brought the round back without its
+			// take or its mark), and the stream drops the publish above as
+			// the duplicate of that message. Past due, its identity lets
+			// the reaper find out and publish a new version.
+			c.noteIfOverdue(ctx, p, job, now)
+		}
 	case r.fire:
 		if err := c.publish(ctx, job); err != nil {
 			// The round stays published for its earlier due time; the event is
