@@ -274,6 +274,9 @@ func (packedLayout) release(ctx context.Context, c *Coalescer, job Job, op strin
 		exp, rnd, op, TakenRetention.Milliseconds(), job.Version, wms, wval,
 		due, c.now().UnixMilli(), c.slack.Milliseconds())
 	res, err := cmd.Int64Slice()
+	if err == nil && len(res) < 2 {
+		err = fmt.Errorf("release_packed: unexpected reply %v", res)
+	}
 	if err != nil {
 		return Release{}, nil, err
 	}

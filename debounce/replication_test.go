@@ -434,3 +434,56 @@ func TestRoundBroughtBackUnpublishedIsPublishedAgain(t *testing.T) {
 		t.Fatalf("reconcile %+v, jobs %+v: want the round published again as version 1", rep, jobs)
 	}
 }
+
+// TestRedeliveryOfAJobWhoseRoundWasMissing: a packed round's job that found
+// its round missing (lost with a failover, a restart) counts its starts in a
+// copy holding no value; a redelivery of it (the handler failed) must be
+// missing again, counted, not a RETRY with no value. (On 80bd159 the reply
+// lost its value and the worker panicked: index out of range.)
+func TestRedeliveryOfAJobWhoseRoundWasMissing(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, debounce.Policy{Type: "fixed", Mode: debounce.ModeDebounce, Window: time.Second, KeyFields: []string{"tenant"}, LocalJoins: debounce.LocalJoinsOff})
+		f.submit(t, "fixed", `{"tenant":1}`)
+		job := f.pub.distinct()[0]
+		ctx := context.Background()
+		lose(t, f.b.rdb, f.prefix) // the round is lost (a failover, a restart without persistence)
+		f.clock.Advance(2 * time.Second)
+		for want := 1; want <= 3; want++ {
+			rel, err := f.c.Start(ctx, job)
+			if err != nil {
+				t.Fatalf("delivery %d: %v", want, err)
+			}
+			if rel.Result != debounce.ReleaseMissing || rel.Starts != want {
+				t.Fatalf("delivery %d: %+v, want missing with %d starts", want, rel, want)
+			}
+		}
+	})
+}
+
+// lose deletes every key under prefix, on every primary.
+func lose(t *testing.T, rdb redis.UniversalClient, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	del := func(ctx context.Context, c redis.Cmdable) error {
+		keys, err := c.Keys(ctx, prefix+"*").Result()
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		for _, k := range keys {
+			if err := c.Del(ctx, k).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return del(ctx, m) })
+	} else {
+		err = del(ctx, rdb)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -70,7 +70,12 @@ if not mine then
     if kind == 'hash' then
       local tv = redis.call('HGET', KEYS[2], 'tv')
       if tv and tv ~= job_version then return {SUPERSEDED, 0} end
-      return {RETRY, tonumber(redis.call('HGET', KEYS[2], 'v')), redis.call('HINCRBY', KEYS[2], 's', 1)}
+      local taken = redis.call('HGET', KEYS[2], 'v')
+      if taken then
+        return {RETRY, tonumber(taken), redis.call('HINCRBY', KEYS[2], 's', 1)}
+      end
+      -- No value: a copy that only counts the starts of a job whose round
+      -- was missing (count_start.lua); missing still, counted by the caller.
     end
     if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then return {DONE, 0} end
   end

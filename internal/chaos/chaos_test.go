@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,8 +207,11 @@ func faultRestartEmbedded(kill bool) func(ctx context.Context, e *env) {
 // replica's link back for 1-3s, SIGKILLs the primary (what its front proxy
 // held goes with it), waits for the Sentinels to promote the replica, starts
 // the old primary again (the Sentinels make it a replica of the new one) and
-// waits until it is online.
+// waits until it is online. A failover the Sentinels start on their own (a
+// primary too slow to answer on a loaded machine) is noted too.
 func faultSentinelFailover(ctx context.Context, e *env) {
+	var ours atomic.Bool // a failover of the fault program is under way
+	go e.watchSentinels(ctx, &ours)
 	for sleepCtx(ctx, between(8*time.Second, 15*time.Second)) {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		addr, err := e.sentinels.Primary(pctx)
@@ -216,16 +220,12 @@ func faultSentinelFailover(ctx context.Context, e *env) {
 			e.note("no primary to fail over: %v", err)
 			continue
 		}
-		var primary *testenv.RedisNode
-		for _, n := range e.nodes {
-			if n.Addr == addr {
-				primary = n
-			}
-		}
+		primary := e.node(addr)
 		if primary == nil {
 			e.t.Errorf("the sentinels name %s, no node of ours", addr)
 			return
 		}
+		ours.Store(true)
 		held := time.Now().UnixNano()
 		primary.HoldReplicas(true)
 		hold := between(time.Second, 3*time.Second)
@@ -235,13 +235,7 @@ func faultSentinelFailover(ctx context.Context, e *env) {
 		primary.Stop()
 		killed := time.Now().UnixNano()
 		primary.HoldReplicas(false)
-		e.mu.Lock()
-		if e.acksOff {
-			e.failoverLoss = append(e.failoverLoss, Interval{From: held - int64(time.Second), To: killed})
-		} else {
-			e.ackedFailovers = append(e.ackedFailovers, Interval{From: held, To: killed})
-		}
-		e.mu.Unlock()
+		e.failedOver(held, killed)
 		e.note("SIGKILL the primary %s", addr)
 		wctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		next, err := e.sentinels.WaitPrimary(wctx, addr, 60*time.Second)
@@ -256,27 +250,79 @@ func faultSentinelFailover(ctx context.Context, e *env) {
 			e.t.Errorf("restart the old primary: %v", err)
 		}
 		e.note("%s started again (to be a replica)", addr)
-		// The next failover waits until the new primary has an online
-		// replica again: one still syncing would be promoted with its old
-		// data (Sentinel does that), and with acks every decision meanwhile
-		// is refused (with fail: closed), so a failover every few seconds
+		// The next failover waits until the primary has an online replica
+		// again: one still syncing would be promoted with its old data
+		// (Sentinel does that), and with acks every decision meanwhile is
+		// refused (with fail: closed), so a failover every few seconds
 		// would refuse everything, for ever.
-		var np *testenv.RedisNode
-		for _, n := range e.nodes {
-			if n.Addr == next {
-				np = n
-			}
+		if err := e.waitSentinelReplica(90 * time.Second); err != nil {
+			e.t.Errorf("failover: %v", err)
+			return
 		}
-		if np != nil {
-			wctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			err := np.WaitOnlineReplica(wctx, 90*time.Second)
-			cancel()
-			if err != nil {
-				e.t.Errorf("failover: %v", err)
-				return
-			}
-			e.note("%s has an online replica again", next)
+		ours.Store(false)
+	}
+}
+
+// failedOver records a failover: a loss interval without acks (what the
+// replica had not received), an acked failover with them.
+func (e *env) failedOver(from, to int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.acksOff {
+		e.failoverLoss = append(e.failoverLoss, Interval{From: from - int64(time.Second), To: to})
+	} else {
+		e.ackedFailovers = append(e.ackedFailovers, Interval{From: from, To: to})
+	}
+}
+
+func (e *env) node(addr string) *testenv.RedisNode {
+	for _, n := range e.nodes {
+		if n.Addr == addr {
+			return n
 		}
+	}
+	return nil
+}
+
+// waitSentinelReplica waits until the primary the Sentinels name (whichever
+// it is by then) counts a replica online.
+func (e *env) waitSentinelReplica(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		addr, err := e.sentinels.Primary(ctx)
+		if n := e.node(addr); err == nil && n != nil {
+			err = n.WaitOnlineReplica(ctx, 2*time.Second)
+		}
+		cancel()
+		if err == nil {
+			e.note("%s has an online replica again", addr)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no online replica of the primary within %v: %v", limit, err)
+		}
+	}
+}
+
+// watchSentinels notes every change of primary the fault program did not
+// cause (the Sentinels took a loaded primary for dead), with the loss
+// interval it may have caused (down-after, 1 s, and a second more).
+func (e *env) watchSentinels(ctx context.Context, ours *atomic.Bool) {
+	last := ""
+	for sleepCtx(ctx, 250*time.Millisecond) {
+		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		addr, err := e.sentinels.Primary(pctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if last != "" && addr != last && !ours.Load() {
+			now := time.Now().UnixNano()
+			e.failedOver(now-int64(2*time.Second), now)
+			e.note("the sentinels failed over on their own from %s to %s", last, addr)
+		}
+		last = addr
 	}
 }
 
@@ -296,13 +342,7 @@ func faultClusterFailover(ctx context.Context, e *env) {
 		victim := primaries[rand.IntN(len(primaries))]
 		e.rcluster.Kill(victim)
 		killed := time.Now().UnixNano()
-		e.mu.Lock()
-		if e.acksOff {
-			e.failoverLoss = append(e.failoverLoss, Interval{From: killed - int64(time.Second), To: killed})
-		} else {
-			e.ackedFailovers = append(e.ackedFailovers, Interval{From: killed - int64(time.Second), To: killed})
-		}
-		e.mu.Unlock()
+		e.failedOver(killed, killed)
 		e.note("SIGKILL the cluster primary %s", victim)
 		deadline := time.Now().Add(60 * time.Second)
 		for {
