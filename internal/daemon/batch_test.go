@@ -121,6 +121,7 @@ func TestBatchWaitingForASlotOutlastsTheReadTimeout(t *testing.T) {
 	f := newAPIWith(t, func(c *daemon.APIConfig) {
 		c.BodyLimit = 1 << 20
 		c.Batches = 1
+		c.BatchWait = 5 * time.Minute // the first batch may take long on a loaded machine: the second must wait for it, not be refused
 		c.ReadTimeout = time.Second
 		c.WriteTimeout = time.Second
 	})
@@ -169,5 +170,70 @@ func TestBatchWaitingForASlotOutlastsTheReadTimeout(t *testing.T) {
 		if r.err != nil || r.decided != n {
 			t.Errorf("a batch: %d of %d lines decided (%v)", r.decided, n, r.err)
 		}
+	}
+}
+
+// TestBatchRefusedAfterWaitingIsAnswered: a batch that waits for a slot
+// longer than the server's write timeout and is then refused (429 busy)
+// must receive that answer. Its client saw the connection close with no
+// response (EOF) — the 429 was written past the write deadline — so it
+// could not tell "refused, send again" from "lost". One batch holds its
+// body open, so once it has the slot it keeps it; the other is sent until
+// it finds the slot taken (each try that finds it free is decided at once),
+// and its wait (1.5 s) outlasts the write timeout (1 s) for certain.
+func TestBatchRefusedAfterWaitingIsAnswered(t *testing.T) {
+	t.Parallel()
+	f := newAPIWith(t, func(c *daemon.APIConfig) {
+		c.Batches = 1
+		c.BatchWait = 1500 * time.Millisecond
+		c.WriteTimeout = time.Second
+	})
+	f.srv.Close()
+	srv := httptest.NewUnstartedServer(f.api.Handler()) // unchecked: the contract check would read the held body up front
+	srv.Config.WriteTimeout = time.Second
+	srv.Start()
+	defer srv.Close()
+	type answer struct {
+		code int
+		body []byte
+		err  error
+	}
+	post := func(body io.Reader) (a answer, retryAfter string) {
+		resp, err := http.Post(srv.URL+"/v1/events:batch", "application/x-ndjson", body)
+		if err != nil {
+			return answer{err: err}, ""
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return answer{resp.StatusCode, b, err}, resp.Header.Get("Retry-After")
+	}
+	pr, pw := io.Pipe()
+	held := make(chan answer, 1)
+	go func() { a, _ := post(pr); held <- a }()
+	go func() { _, _ = fmt.Fprintf(pw, `{"type":"notify","args":{"held":1}}`+"\n") }()
+	defer pw.Close()
+	refused := false
+	for try := 0; try < 100 && !refused; try++ {
+		a, after := post(strings.NewReader(fmt.Sprintf(`{"type":"notify","args":{"try":%d}}`+"\n", try)))
+		switch {
+		case a.err != nil:
+			t.Fatalf("try %d: no answer (%v); want 429 busy, or 200 while the slot was free", try, a.err)
+		case a.code == http.StatusTooManyRequests:
+			if !bytes.Contains(a.body, []byte(`"code":"busy"`)) || after == "" {
+				t.Fatalf("try %d: 429 %s Retry-After %q; want code busy and a Retry-After", try, a.body, after)
+			}
+			refused = true
+		case a.code != 200:
+			t.Fatalf("try %d: %d %s", try, a.code, a.body)
+		default:
+			time.Sleep(50 * time.Millisecond) // the slot was free: the held batch has not reached it yet
+		}
+	}
+	if !refused {
+		t.Fatal("the held batch never took the slot in 100 tries")
+	}
+	pw.Close()
+	if a := <-held; a.err != nil || a.code != 200 || !bytes.Contains(a.body, []byte(`"outcome"`)) {
+		t.Errorf("the batch that held the slot: %d %s (%v)", a.code, a.body, a.err)
 	}
 }

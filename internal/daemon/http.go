@@ -563,6 +563,13 @@ func (a *API) postBatch(w http.ResponseWriter, r *http.Request) *apiError {
 	if r.ContentLength > limit {
 		return errf(http.StatusRequestEntityTooLarge, "too_large", "", "body of %d bytes is over the %d-byte limit", r.ContentLength, limit)
 	}
+	rc := http.NewResponseController(w)
+	if a.cfg.WriteTimeout > 0 {
+		// The wait for a slot may outlast the server's write timeout: the
+		// answer, a refusal included, gets its own, or the client sees the
+		// connection close with no answer and cannot tell refused from lost.
+		defer func() { _ = rc.SetWriteDeadline(time.Now().Add(a.cfg.WriteTimeout)) }()
+	}
 	wait := time.NewTimer(a.cfg.BatchWait)
 	select {
 	case a.batches <- struct{}{}:
@@ -576,7 +583,6 @@ func (a *API) postBatch(w http.ResponseWriter, r *http.Request) *apiError {
 		wait.Stop()
 		return errf(http.StatusServiceUnavailable, "canceled", "", "the request ended while waiting for a batch slot")
 	}
-	rc := http.NewResponseController(w)
 	if a.cfg.ReadTimeout > 0 {
 		// The wait for a slot is not the client's slowness: reading the
 		// body starts its own read timeout.
