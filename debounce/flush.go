@@ -466,7 +466,12 @@ func (c *Coalescer) slotGroups(rounds []flushed) [][]flushed {
 		return [][]flushed{rounds}
 	case *redis.ClusterClient:
 	default: // a Ring, or a client of its own: the hash tag is all that is sure
-		group = func(key string) string { return key[strings.IndexByte(key, '{'):] }
+		group = func(key string) string {
+			if i := strings.IndexByte(key, '{'); i >= 0 {
+				return key[i:]
+			}
+			return key // every round key has a tag (keys.go); never slice at -1
+		}
 	}
 	bySlot := map[string][]flushed{}
 	var order []string

@@ -114,6 +114,11 @@ type localRound struct {
 	pending  int       // answered here since the last flush
 	first    Event     // the first of them, its args copied: submitted again if the round is gone
 	flushing int       // answered here, in a flush under way
+	// live: the entry holds a whole Redis answer (token, key, layout,
+	// outcome, due time, count) and may answer events until until. An
+	// entry learned too near its round's end is not live: it only sends
+	// events to Redis until bypass.
+	live bool
 	// bypass: a round known but too close to its due time (or end) to be
 	// answered here: until then (unix ms) events go to Redis straight,
 	// without waiting for an opener.
@@ -212,9 +217,15 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev
 	}
 	lk := localKey{p, key}
 	sh := ls.shard(key)
-	nowMs := now.UnixMilli()
+	var nowMs int64
 	for range 3 {
 		sh.mu.Lock()
+		// The clock is read here, under the lock, not before: an answer
+		// is given against the time it is given at. A reading taken
+		// before a preemption could fall before the round's local time
+		// ended, and the answer after the round was taken.
+		now = c.now()
+		nowMs = now.UnixMilli()
 		lr := sh.m[lk]
 		switch {
 		case lr == nil:
@@ -234,8 +245,6 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev
 			select {
 			case <-wait:
 				t.Stop()
-				now = c.now()
-				nowMs = now.UnixMilli()
 				continue
 			case <-t.C:
 				return d, false, nil // the opener is slow: ask Redis
@@ -243,7 +252,9 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev
 				t.Stop()
 				return d, false, nil
 			}
-		case lr.gone || nowMs >= lr.until:
+		case lr.gone || !lr.live || nowMs >= lr.until:
+			// Only a live entry answers: one learned near its round's end
+			// holds a token but no outcome, due time or Redis key.
 			if lr.dirty || !lr.gone && nowMs < lr.bypass {
 				// Its events wait for their flush, which forgets it; or
 				// the round is near its end: to Redis, no opener.
@@ -291,7 +302,7 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev
 // pending and published, and lets the waiting events join it. Any other
 // answer (an error, a round not published, another layout's round) settles
 // the entry away.
-func (c *Coalescer) learn(lr *localRound, p *compiled, d Decision, r reply, now time.Time) {
+func (c *Coalescer) learn(lr *localRound, p *compiled, d Decision, r reply) {
 	ls := c.local
 	sh := ls.shard(lr.lk.key)
 	until, ok := c.localUntil(p, d, r)
@@ -301,9 +312,11 @@ func (c *Coalescer) learn(lr *localRound, p *compiled, d Decision, r reply, now 
 		c.dropLocked(sh, lr)
 		return
 	}
-	if now.UnixMilli() >= until {
-		// Near its end: this round's events go to Redis, straight.
-		lr.token, lr.until, lr.bypass = r.token, until, until+c.local.guard.Milliseconds()
+	if c.now().UnixMilli() >= until {
+		// Near its end: this round's events go to Redis, straight. The
+		// entry is not live: it never answers an event, whatever clock
+		// reading the event compares with it.
+		lr.token, lr.until, lr.bypass = r.token, 0, until+c.local.guard.Milliseconds()
 		close(lr.opening)
 		lr.opening = nil
 		c.local.ensureFlusher(c) // it sweeps the entry
@@ -322,6 +335,7 @@ func (c *Coalescer) learn(lr *localRound, p *compiled, d Decision, r reply, now 
 	}
 	lr.opened = r.openedAt
 	lr.until, lr.due, lr.count = until, d.DueAt, d.Events
+	lr.live = true
 	close(lr.opening)
 	lr.opening = nil
 	c.local.ensureFlusher(c) // it sweeps the entry when its time is over
