@@ -71,8 +71,11 @@
 // same DueSlack, because local answers stop DueSlack + ClockSkew +
 // FlushInterval + 50 ms before the round can be taken (no layout's take
 // takes a round that is not due) or expires. A flush that gets no reply
-// stops local answers until one does, and is sent again unchanged (it
-// applies once). Call Flush before a producer stops. local.go has the details; LocalStats counts
+// stops local answers until one does, and is sent again unchanged: its
+// marker in Redis keeps its reply until a minute after the last of its
+// rounds expires, so it applies once however late it is sent again (sent
+// after that, it finds its rounds gone, and their events are submitted
+// again and counted in LocalStats.Uncertain). Call Flush before a producer stops. local.go has the details; LocalStats counts
 // what it did.
 //
 // # Replicas and failover

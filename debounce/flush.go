@@ -153,7 +153,18 @@ type flushCall struct {
 	scriptCall
 	hash   bool
 	rounds []flushed
+	// until (unix ms) is when the call's marker expires at the latest, if
+	// the call reached Redis: markerMargin after the last of its rounds
+	// expires (the scripts set it so). Sent again later, the call finds
+	// every round gone and its events are submitted again, which may
+	// repeat events an unanswered send applied (LocalStats.Uncertain).
+	until int64
+	sent  bool // sent at least once
 }
+
+// markerMargin is how long a flush's marker outlives the last round it
+// applied to (MARKER_MARGIN in flush_packed.lua and flush_round.lua).
+const markerMargin = time.Minute
 
 // assistAfter: a queue older than this many flush intervals is late.
 const assistAfter = 5
@@ -280,6 +291,7 @@ func (c *Coalescer) flushCalls(calls []*flushCall, rounds []flushed, hash bool) 
 			for _, f := range fc.rounds {
 				fc.keys = append(fc.keys, f.lr.rkey)
 				fc.args = c.appendFlushArgs(fc.args, f, hash)
+				fc.until = max(fc.until, f.lr.expiry()+markerMargin.Milliseconds())
 			}
 			fc.keys = append(fc.keys, fc.keys[0]+"~f"+strconv.FormatUint(rand.Uint64(), 16))
 			calls = append(calls, fc)
@@ -300,20 +312,34 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 	c.local.acked = nil
 	c.local.qmu.Unlock()
 	sc := make([]*scriptCall, len(calls))
+	resent := make([]bool, len(calls))
 	for i, fc := range calls {
 		sc[i] = &fc.scriptCall
+		resent[i] = fc.sent
 	}
+	unlinks := make([]*redis.IntCmd, 0, len(acked))
+	c.local.flushStart.Store(int64(time.Since(c.local.base)))
 	c.runScripts(ctx, sc, func(pipe redis.Pipeliner) {
 		for _, m := range acked {
-			pipe.Unlink(ctx, m)
+			unlinks = append(unlinks, pipe.Unlink(ctx, m))
 		}
 	})
+	c.local.flushStart.Store(0)
 	c.local.flushes.Add(1)
 	c.local.flushNanos.Add(int64(time.Since(start)))
 	var firstErr error
 	var unsent []*flushCall
 	var answered []string
-	for _, fc := range calls {
+	for i, cmd := range unlinks {
+		if cmd.Err() != nil {
+			answered = append(answered, acked[i]) // deleted by a later flush
+		}
+	}
+	// A call sent again past its marker's life: a round it finds gone
+	// may have taken the events in an earlier, unanswered send.
+	late := c.now().UnixMilli() + c.local.guard.Milliseconds()
+	for i, fc := range calls {
+		fc.sent = true
 		if fc.doubt != nil {
 			// Applied on the primary, not confirmed by its replicas: a
 			// failover now would lose these counts, never the events'
@@ -339,11 +365,12 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 		}
 		answered = append(answered, fc.keys[len(fc.keys)-1])
 		c.local.flushedKeys.Add(uint64(len(fc.rounds)))
-		for i, f := range fc.rounds {
+		uncertain := resent[i] && late >= fc.until
+		for j, f := range fc.rounds {
 			if fc.hash {
-				c.applyFlush(f, res[2*i], res[2*i+1])
+				c.applyFlush(f, res[2*j], res[2*j+1], uncertain)
 			} else {
-				c.applyFlush(f, res[i], 0)
+				c.applyFlush(f, res[j], 0, uncertain)
 			}
 		}
 	}
@@ -378,8 +405,10 @@ func (c *Coalescer) appendFlushArgs(args []any, f flushed, hash bool) []any {
 }
 
 // applyFlush records a flush's answer for one round: its count (and due
-// time) in Redis, or, when the round is gone, the events to submit again.
-func (c *Coalescer) applyFlush(f flushed, count, due int64) {
+// time) in Redis, or, when the round is gone, the events to submit again
+// (uncertain: the call was sent again past its marker's life, so an
+// earlier send may have added them to the round before it went).
+func (c *Coalescer) applyFlush(f flushed, count, due int64, uncertain bool) {
 	ls := c.local
 	lr := f.lr
 	sh := ls.shard(lr.lk.key)
@@ -388,6 +417,9 @@ func (c *Coalescer) applyFlush(f flushed, count, due int64) {
 	if count < 0 {
 		c.dropLocked(sh, lr)
 		sh.mu.Unlock()
+		if uncertain {
+			ls.uncertain.Add(uint64(f.n))
+		}
 		ls.qmu.Lock()
 		ls.retry = append(ls.retry, resubmission{lr: lr, n: f.n, first: f.first})
 		ls.qmu.Unlock()

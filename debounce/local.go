@@ -91,6 +91,17 @@ func (p *compiled) localEligible() bool {
 	return false
 }
 
+// expiry is the round's expiry (unix ms): the time after which no flush can
+// apply to it. A packed token holds it; a hash round lives its policy's
+// lifetime from its first event.
+func (lr *localRound) expiry() int64 {
+	if lr.hash {
+		return lr.opened.UnixMilli() + lr.lk.p.lifetime().Milliseconds()
+	}
+	exp, _ := lr.token.packedParts()
+	return exp
+}
+
 // localKey names a round this process may answer for.
 type localKey struct {
 	p   *compiled
@@ -138,10 +149,15 @@ type localShard struct {
 
 // LocalStats counts what local joins did; Coalescer.LocalStats reads them.
 type LocalStats struct {
-	Joined      uint64        // events answered locally
-	Flushes     uint64        // flush round trips (one pipeline of script calls, one call per slot)
-	FlushedKeys uint64        // rounds flushed (each carries the events of one round)
-	Resubmitted uint64        // events submitted again: their round was gone at the flush
+	Joined      uint64 // events answered locally
+	Flushes     uint64 // flush round trips (one pipeline of script calls, one call per slot)
+	FlushedKeys uint64 // rounds flushed (each carries the events of one round)
+	Resubmitted uint64 // events submitted again: their round was gone at the flush
+	// Uncertain counts, among Resubmitted, events whose flush got no reply
+	// and was sent again only after its marker's life (markerMargin after
+	// the round's expiry): an earlier send may have added them to their
+	// round, so they may be counted twice or run in a second job.
+	Uncertain   uint64
 	FlushErrors uint64        // flushes that failed (retried)
 	Assists     uint64        // flushes run by a submitting goroutine: the flusher was starved of CPU
 	MaxWait     time.Duration // the longest a locally joined event waited for its flush to start
@@ -172,8 +188,12 @@ type localState struct {
 	queuedAt atomic.Int64 // when the queue last became non-empty; 0: empty
 	maxWait  atomic.Int64 // the longest an event waited for its flush to start, ns
 
-	joined, flushes, flushedKeys, resubmitted, flushErrors, assists atomic.Uint64
-	flushNanos                                                      atomic.Int64
+	// flushStart is when the flush under way was sent (since base, ns); 0:
+	// none is under way.
+	flushStart atomic.Int64
+
+	joined, flushes, flushedKeys, resubmitted, flushErrors, assists, uncertain atomic.Uint64
+	flushNanos                                                                 atomic.Int64
 }
 
 func newLocalState(every, guard time.Duration, max int) *localState {
@@ -197,6 +217,7 @@ func (c *Coalescer) LocalStats() LocalStats {
 	return LocalStats{
 		Joined: ls.joined.Load(), Flushes: ls.flushes.Load(), FlushedKeys: ls.flushedKeys.Load(),
 		Resubmitted: ls.resubmitted.Load(), FlushErrors: ls.flushErrors.Load(), Assists: ls.assists.Load(),
+		Uncertain: ls.uncertain.Load(),
 		MaxWait:   time.Duration(ls.maxWait.Load()),
 		FlushTime: time.Duration(ls.flushNanos.Load()), Rounds: int(ls.rounds.Load()),
 	}

@@ -3,6 +3,7 @@ package debounce_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -159,4 +160,130 @@ func TestLocalAnswerReadsTheClockAtTheTable(t *testing.T) {
 			t.Errorf("Start: %+v, want 3 events", r)
 		}
 	})
+}
+
+// lostFlushReply sets a fixture up on b with loseReply armed for the next
+// flush: the events of one round answered locally, flushed, applied by
+// Redis, and the reply lost. It returns the round's first decision.
+func lostFlushReply(t *testing.T, b backend, edit func(*debounce.Config), p debounce.Policy) (*fixture, debounce.Decision) {
+	t.Helper()
+	var armed atomic.Bool
+	down := &flushesDown{}
+	b.rdb.AddHook(down) // outside loseReply: it sees the lost reply's error
+	b.rdb.AddHook(loseReply{&armed})
+	f := newFixtureWith(t, b, edit, p)
+	release := debounce.HoldFlushes(f.c)
+	t.Cleanup(release)
+	// Load the flush script first: a NOSCRIPT reply applies nothing.
+	f.submit(t, p.Type, `{"warm":1}`)
+	f.submit(t, p.Type, `{"warm":1}`)
+	f.flush(t)
+	d := f.submit(t, p.Type, `{"a":1}`)
+	for range 4 {
+		f.submit(t, p.Type, `{"a":1}`)
+	}
+	armed.Store(true)
+	// The reply is lost, then Redis is out of reach: the resends fail.
+	down.lostFirst.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := f.c.Flush(ctx); err == nil {
+		t.Fatal("Flush: no error for the lost reply")
+	}
+	if armed.Load() {
+		t.Fatal("the flush never went out")
+	}
+	down.on.Store(false)
+	return f, d
+}
+
+// flushesDown, once lostFirst is set and a flush has lost its reply (the
+// loseReply hook added after it), fails every later flush without
+// sending it: Redis out of reach, until on is cleared.
+type flushesDown struct{ lostFirst, on atomic.Bool }
+
+func (*flushesDown) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*flushesDown) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *flushesDown) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.on.Load() {
+			for _, cmd := range cmds {
+				cmd.SetErr(fmt.Errorf("dial tcp: connection refused (test: Redis out of reach)"))
+			}
+			return cmds[0].Err()
+		}
+		err := next(ctx, cmds)
+		if err != nil && h.lostFirst.CompareAndSwap(true, false) {
+			h.on.Store(true)
+		}
+		return err
+	}
+}
+
+// TestFlushResentLateAppliesOnce: a flush applied by Redis whose reply was
+// lost is sent again after more than 30 s without Redis (a partition, a
+// slow failover) and still counts its events once: its marker lives as
+// long as its round can take a flush. On 47bb46e the marker lived 30 s and
+// the late resend counted the four local joins again (9 events, not 5).
+func TestFlushResentLateAppliesOnce(t *testing.T) {
+	t.Parallel()
+	for _, p := range []debounce.Policy{
+		{Type: "fixed", Mode: debounce.ModeDebounce, Window: 10 * time.Minute},
+		{Type: "extend", Mode: debounce.ModeDebounce, Window: 10 * time.Minute, Extend: true, MaxWait: time.Hour},
+	} {
+		t.Run(p.Type, func(t *testing.T) {
+			t.Parallel()
+			m, mc := testenv.Miniredis(t)
+			f, d := lostFlushReply(t, backend{name: "miniredis", rdb: mc, mini: m}, nil, p)
+			f.clock.Advance(31 * time.Second) // miniredis: TTLs run down by as much
+			f.flush(t)
+			if r := f.inspect(t, f.c, p.Type, d.Key); r.Events != 5 {
+				t.Errorf("the round counts %d events, want 5", r.Events)
+			}
+			if st := f.c.LocalStats(); st.Resubmitted != 0 || st.Uncertain != 0 {
+				t.Errorf("stats %+v: want nothing submitted again", st)
+			}
+		})
+	}
+}
+
+// TestFlushMarkerOutlivesItsRound: on a real redis-server, the marker of a
+// flush whose reply was lost lives until after its round's expiry (the
+// time no resend can apply to the round any more). On 47bb46e it lived
+// 30 s, against a round living a week.
+func TestFlushMarkerOutlivesItsRound(t *testing.T) {
+	t.Parallel()
+	p := debounce.Policy{Type: "fixed", Mode: debounce.ModeDebounce, Window: time.Minute}
+	rdb := testenv.SharedRedis(t).Client(t)
+	f, d := lostFlushReply(t, backend{name: "redis", rdb: rdb}, nil, p)
+	ctx := context.Background()
+	markers, err := rdb.Keys(ctx, f.prefix+"*~f*").Result()
+	if err != nil || len(markers) != 1 {
+		t.Fatalf("markers %v, %v: want the lost flush's one", markers, err)
+	}
+	markerExp := time.UnixMilli(int64(rdb.PExpireTime(ctx, markers[0]).Val() / time.Millisecond))
+	r := f.inspect(t, f.c, p.Type, d.Key)
+	if !markerExp.After(r.ExpiresAt) {
+		t.Errorf("the marker expires at %v, before its round (%v): a later resend would apply twice", markerExp, r.ExpiresAt)
+	}
+}
+
+// TestFlushResentPastItsRoundsLifeIsCounted: a flush whose reply was lost,
+// sent again only after its round expired, finds the round gone: its
+// events are submitted again (nothing is lost) and counted as uncertain
+// (an earlier send may have added them to the round).
+func TestFlushResentPastItsRoundsLifeIsCounted(t *testing.T) {
+	t.Parallel()
+	p := debounce.Policy{Type: "fixed", Mode: debounce.ModeDebounce, Window: 10 * time.Second}
+	m, mc := testenv.Miniredis(t)
+	f, d := lostFlushReply(t, backend{name: "miniredis", rdb: mc, mini: m},
+		func(c *debounce.Config) { c.MaxAge = time.Minute }, p)
+	f.clock.Advance(time.Minute + 10*time.Second + debounce.DefaultDueSlack + 2*time.Minute)
+	f.flush(t)
+	if st := f.c.LocalStats(); st.Resubmitted != 4 || st.Uncertain != 4 {
+		t.Errorf("stats %+v: want the 4 local joins submitted again, counted uncertain", st)
+	}
+	if r := f.inspect(t, f.c, p.Type, d.Key); r.Events != 4 || r.Token == d.Round {
+		t.Errorf("the round now %+v: want a new one with the 4 events submitted again", r)
+	}
 }
