@@ -3,6 +3,7 @@ package debounce
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -103,20 +104,38 @@ func (c *Coalescer) flushLoop() {
 	}
 }
 
-// Flush adds every locally answered event to its round in Redis now, and
-// returns once that is done (or ctx ends). Call it before a producer stops:
+// Flush adds every event answered locally before the call to its round in
+// Redis (or, its round gone, submits it again), and returns once that is
+// done, or when ctx ends: ctx bounds the whole call, its waits and round
+// trips included (what is not done then stays queued for the background
+// flusher, and the error says so). Events answered locally meanwhile by
+// other goroutines go to the next flush. Call it before a producer stops:
 // without it, the counts of the last flush interval's events are lost (the
 // events themselves are covered by their rounds' jobs, local.go).
 func (c *Coalescer) Flush(ctx context.Context) error {
 	if c.local == nil {
 		return nil
 	}
+	took := false // the queue as it was at the call went out
 	for {
-		err := c.flushLocal(ctx)
+		var err error
+		again := false
+		if c.local.lockFlush(ctx, time.Duration(math.MaxInt64)) {
+			var t bool
+			before := c.local.resubmitted.Load()
+			t, err = c.flushLocked(ctx)
+			// Events submitted again may have been joined locally, to the
+			// round the first of them opened: one more flush for them.
+			again = c.local.resubmitted.Load() != before
+			c.local.fmu.Unlock()
+			took = took || t
+		} else {
+			err = ctx.Err()
+		}
 		c.local.qmu.Lock()
-		left := len(c.local.queue) + len(c.local.retry) + len(c.local.unsent)
+		left := len(c.local.retry) + len(c.local.unsent)
 		c.local.qmu.Unlock()
-		if err == nil && left == 0 {
+		if err == nil && took && !again && left == 0 {
 			return nil
 		}
 		select {
@@ -187,7 +206,7 @@ func (c *Coalescer) assistFlush() {
 	}
 	defer ls.fmu.Unlock()
 	ls.assists.Add(1)
-	_ = c.flushLocked(context.Background())
+	_, _ = c.flushLocked(context.Background())
 }
 
 // lockFlush takes the flush lock within d (or ctx), reporting whether it did.
@@ -207,17 +226,19 @@ func (ls *localState) lockFlush(ctx context.Context, d time.Duration) bool {
 func (c *Coalescer) flushLocal(ctx context.Context) error {
 	c.local.fmu.Lock()
 	defer c.local.fmu.Unlock()
-	return c.flushLocked(ctx)
+	_, err := c.flushLocked(ctx)
+	return err
 }
 
-// flushLocked is flushLocal, under fmu.
-func (c *Coalescer) flushLocked(ctx context.Context) error {
+// flushLocked is flushLocal, under fmu; took reports that it took the queue
+// (it does not while calls from earlier flushes await a reply).
+func (c *Coalescer) flushLocked(ctx context.Context) (took bool, err error) {
 	ls := c.local
 	ls.qmu.Lock()
 	calls := ls.unsent
 	ls.unsent = nil
 	var queue []*localRound
-	if len(calls) == 0 {
+	if took = len(calls) == 0; took {
 		// Calls without a reply go again first, alone: during an outage
 		// the new events wait in their rounds instead of piling up in
 		// more calls.
@@ -250,9 +271,8 @@ func (c *Coalescer) flushLocked(ctx context.Context) error {
 	}
 	calls = c.flushCalls(calls, packedRounds, false)
 	calls = c.flushCalls(calls, hashRounds, true)
-	var err error
 	if len(calls) > 0 {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
 		err = c.sendFlush(fctx, calls)
 		cancel()
 	}
@@ -274,7 +294,7 @@ func (c *Coalescer) flushLocked(ctx context.Context) error {
 			break
 		}
 	}
-	return err
+	return took, err
 }
 
 // flushCalls groups one layout's rounds by Cluster slot into script calls.
@@ -417,6 +437,14 @@ func (c *Coalescer) applyFlush(f flushed, count, due int64, uncertain bool) {
 	if count < 0 {
 		c.dropLocked(sh, lr)
 		sh.mu.Unlock()
+		if lr.outcome == OutcomeThrottled || lr.outcome == OutcomeDuplicate {
+			// Dropped by design (inside a throttle window or a dedup
+			// reservation whose job was published): no job was promised
+			// to them, and submitted again they would run one. Only their
+			// count is lost with the window.
+			ls.forgotten.Add(uint64(f.n))
+			return
+		}
 		if uncertain {
 			ls.uncertain.Add(uint64(f.n))
 		}
@@ -442,7 +470,7 @@ func (c *Coalescer) resubmit(ctx context.Context, rs resubmission) error {
 	ls := c.local
 	ev := rs.first
 	for i := range rs.n {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+		sctx, cancel := context.WithTimeout(ctx, flushTimeout)
 		d, err := c.submit(sctx, ev)
 		cancel()
 		if err == nil && d.Outcome == OutcomeBypassed {

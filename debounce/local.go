@@ -157,7 +157,12 @@ type LocalStats struct {
 	// and was sent again only after its marker's life (markerMargin after
 	// the round's expiry): an earlier send may have added them to their
 	// round, so they may be counted twice or run in a second job.
-	Uncertain   uint64
+	Uncertain uint64
+	// Forgotten counts events answered locally as dropped (throttled,
+	// duplicate) whose window or reservation was gone at their flush:
+	// not submitted again (no job was promised to them), only their
+	// count is lost.
+	Forgotten   uint64
 	FlushErrors uint64        // flushes that failed (retried)
 	Assists     uint64        // flushes run by a submitting goroutine: the flusher was starved of CPU
 	MaxWait     time.Duration // the longest a locally joined event waited for its flush to start
@@ -192,8 +197,8 @@ type localState struct {
 	// none is under way.
 	flushStart atomic.Int64
 
-	joined, flushes, flushedKeys, resubmitted, flushErrors, assists, uncertain atomic.Uint64
-	flushNanos                                                                 atomic.Int64
+	joined, flushes, flushedKeys, resubmitted, flushErrors, assists, uncertain, forgotten atomic.Uint64
+	flushNanos                                                                            atomic.Int64
 }
 
 func newLocalState(every, guard time.Duration, max int) *localState {
@@ -202,6 +207,15 @@ func newLocalState(every, guard time.Duration, max int) *localState {
 		ls.shards[i].m = make(map[localKey]*localRound)
 	}
 	return ls
+}
+
+// flushStalled reports a flush under way for longer than flushMargin, the
+// round trip the guard allows it: the events answered meanwhile may reach
+// Redis only after their round can be taken, and a crash would lose more
+// than one flush interval's counts.
+func (ls *localState) flushStalled() bool {
+	at := ls.flushStart.Load()
+	return at != 0 && time.Since(ls.base)-time.Duration(at) > flushMargin
 }
 
 func (ls *localState) shard(key RoundKey) *localShard {
@@ -217,7 +231,7 @@ func (c *Coalescer) LocalStats() LocalStats {
 	return LocalStats{
 		Joined: ls.joined.Load(), Flushes: ls.flushes.Load(), FlushedKeys: ls.flushedKeys.Load(),
 		Resubmitted: ls.resubmitted.Load(), FlushErrors: ls.flushErrors.Load(), Assists: ls.assists.Load(),
-		Uncertain: ls.uncertain.Load(),
+		Uncertain: ls.uncertain.Load(), Forgotten: ls.forgotten.Load(),
 		MaxWait:   time.Duration(ls.maxWait.Load()),
 		FlushTime: time.Duration(ls.flushNanos.Load()), Rounds: int(ls.rounds.Load()),
 	}
@@ -230,10 +244,11 @@ func (c *Coalescer) LocalStats() LocalStats {
 // learn or settle with it.
 func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev Event, now time.Time) (d Decision, ok bool, opener *localRound) {
 	ls := c.local
-	if ls.failing.Load() {
-		// Flushes fail (Redis unreachable): answer nothing here that
-		// could not reach Redis; events go there (and fail, or bypass,
-		// as the policy says).
+	if ls.failing.Load() || ls.flushStalled() {
+		// Flushes fail, or the one under way waits (Redis unreachable,
+		// or a blackhole until the read timeout): answer nothing here
+		// that could not reach Redis; events go there (and fail, or
+		// bypass, as the policy says).
 		return d, false, nil
 	}
 	lk := localKey{p, key}
@@ -411,6 +426,18 @@ func (c *Coalescer) localUntil(p *compiled, d Decision, r reply) (int64, bool) {
 		return exp - guard, true
 	}
 	return 0, false
+}
+
+// localPending is how many events this process answered locally for the
+// round of token and has not put in a flush yet.
+func (c *Coalescer) localPending(p *compiled, key RoundKey, token Token) int {
+	sh := c.local.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if lr := sh.m[localKey{p, key}]; lr != nil && lr.token == token {
+		return lr.pending
+	}
+	return 0
 }
 
 // forget drops what this process knows of a key's round (it was taken or
