@@ -376,7 +376,7 @@ func (c *Coalescer) storeDown(ctx context.Context, p *compiled, d Decision, job 
 	if p.Fail == FailClosed {
 		return d, storeErr
 	}
-	job.Token, job.OpenedAt = 0, now
+	job.Token, job.OpenedAt, job.Bypass = 0, now, NewBypass()
 	if p.Mode == ModeDebounce {
 		job.DueAt = now.Add(p.Window)
 	}

@@ -39,8 +39,10 @@ import (
 //	Coalesce-Round-Key    the round key (64 hex digits)
 //	Coalesce-Attempt      1 for the first delivery that reached the handler
 //	Coalesce-Release      what closing the round said (released, retry, ...)
-//	Idempotency-Key       <round key>.<round token>: the same for every
-//	                      attempt of one job, another for the key's next job
+//	Idempotency-Key       the job's identity (debounce.Job.ID): <round
+//	                      key>.<round token>, or <round key>.<bypass> for a
+//	                      bypassed job; the same for every attempt of one job
+//	                      (and its replay), another for every other job
 //	traceparent           the producer's W3C trace context, when it sent one
 //	Authorization         Bearer <Token>, when Token is set
 //	Coalesce-Signature    t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>"
@@ -136,7 +138,7 @@ func setPushHeaders(h http.Header, job *Job, body []byte, cfg PushConfig, now ti
 	h.Set("Coalesce-Round-Key", job.Key.String())
 	h.Set("Coalesce-Attempt", strconv.Itoa(job.Attempt))
 	h.Set("Coalesce-Release", string(job.Release))
-	h.Set("Idempotency-Key", job.Key.String()+"."+round)
+	h.Set("Idempotency-Key", job.ID())
 	if job.TraceParent != "" {
 		h.Set("traceparent", job.TraceParent)
 	}

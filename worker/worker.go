@@ -429,9 +429,10 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, h Handler) {
 	}
 	dj, err := publisher.DecodeJob(msg.Headers(), msg.Data())
 	if err != nil {
-		w.deadLetter(ctx, msg, "", fmt.Errorf("undecodable job: %w", err), debounce.Summary{}, attempt)
+		w.deadLetter(ctx, msg, &Job{Attempt: attempt}, fmt.Errorf("undecodable job: %w", err))
 		return
 	}
+	fillBypass(&dj, msg)
 	job := &Job{Job: dj, Attempt: attempt}
 	job.Replay, job.Summary = ReplayOf(msg.Headers())
 	result := w.run(ctx, msg, job, h)
@@ -451,7 +452,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 	if g != nil {
 		id := job.Token.String() + "@" + job.Key.String()
 		if job.Token == 0 {
-			id = msg.Headers().Get(jetstream.MsgIDHeader)
+			id = job.ID() // the bypassed job's own identity
 		}
 		var gr GuardResult
 		var err error
@@ -670,7 +671,7 @@ func (w *Worker) final(ctx context.Context, msg jetstream.Msg, job *Job, cause e
 	// after a failed dead-lettering would then be acked as done, the job
 	// neither run nor dead-lettered.
 	log.ErrorContext(ctx, "worker: job failed for the last time; dead-lettered", "err", cause)
-	if w.deadLetter(ctx, msg, job.Type, cause, job.Summary, job.Attempt) {
+	if w.deadLetter(ctx, msg, job, cause) {
 		w.finish(ctx, job, false, true, log)
 	}
 }
@@ -688,7 +689,9 @@ const (
 
 // deadLetter copies the message to the dead-letter subject with the reason,
 // then terminates it. If the copy fails the message is left for redelivery.
-func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType string, cause error, sum debounce.Summary, attempts int) bool {
+// job is the decoded job (only its Attempt when it could not be decoded).
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, job *Job, cause error) bool {
+	jobType, sum, attempts := job.Type, job.Summary, job.Attempt
 	code := deadCode(jobType, cause, attempts, w.cfg.MaxDeliver)
 	if jobType == "" {
 		jobType = msg.Headers().Get(publisher.HeaderType)
@@ -710,6 +713,11 @@ func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType stri
 	dead.Header.Set(HeaderError, strings.ReplaceAll(reason, "\n", " "))
 	dead.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
 	dead.Header.Set(HeaderErrorCode, code)
+	if job.Token == 0 && job.Bypass != "" {
+		// A bypassed job's identity, whatever its message carried: its
+		// replay runs as the same job (the same Idempotency-Key).
+		dead.Header.Set(publisher.HeaderBypass, job.Bypass)
+	}
 	if sum.Events > 0 {
 		if b, err := json.Marshal(sum); err == nil && len(b) <= 64<<10 {
 			dead.Header.Set(HeaderSummary, string(b))

@@ -57,7 +57,8 @@ Environment for CMD: COALESCE_JOB_TYPE, COALESCE_ROUND_KEY, COALESCE_ATTEMPT.
 With --post, a 2xx answer acknowledges; 408, 429, 5xx, no answer or a timeout
 (--post-timeout) retries with backoff; any other status dead-letters at once.
 Headers: Coalesce-Job-Type, Coalesce-Round, Coalesce-Round-Key,
-Coalesce-Attempt, Coalesce-Release, Idempotency-Key, traceparent; with
+Coalesce-Attempt, Coalesce-Release, Idempotency-Key (the job's id: the same
+for every delivery of one job, another for every other job), traceparent; with
 COALESCE_POST_TOKEN set, Authorization: Bearer <it>; with COALESCE_POST_SECRET,
 Coalesce-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">.
 

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +45,10 @@ type DeadLetter struct {
 
 // ErrNoDeadLetter: no dead letter at that sequence (of that type).
 var ErrNoDeadLetter = errors.New("no such dead letter")
+
+// ErrUnreplayable: the dead letter cannot be replayed as it is (a job
+// message coalesce cannot decode); its headers say why.
+var ErrUnreplayable = errors.New("dead letter cannot be replayed")
 
 // Dead reads and acts on the dead letters of one stream.
 type Dead struct {
@@ -177,9 +183,16 @@ func (d Dead) Replay(ctx context.Context, seq uint64) (string, error) {
 	} else {
 		dj, err := publisher.DecodeJob(m.Header, m.Data)
 		if err != nil {
-			return "", fmt.Errorf("dead letter %d: %w", seq, err)
+			return "", fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
 		}
-		out.Subject = d.Subjects.Run(dj.Type, dj.Key, dj.Token)
+		if dj.Token == 0 && dj.Bypass == "" {
+			// A bypassed job dead-lettered before its identity travelled
+			// with it: one of its own, stable for this dead letter.
+			sum := sha256.Sum256([]byte(d.Stream + "\ndead\n" + strconv.FormatUint(seq, 10)))
+			dj.Bypass = "_" + hex.EncodeToString(sum[:8])
+			out.Header.Set(publisher.HeaderBypass, dj.Bypass)
+		}
+		out.Subject = d.Subjects.RunOf(dj)
 		out.Header.Set(worker.HeaderReplay, strconv.FormatUint(seq, 10))
 	}
 	if _, err := d.JS.PublishMsg(ctx, out); err != nil {

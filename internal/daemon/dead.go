@@ -88,6 +88,9 @@ func (a *API) deadRoutes(route func(pattern, name string, methods []string, h fu
 		if errors.Is(err, admin.ErrNoDeadLetter) {
 			return errf(http.StatusNotFound, "not_found", "seq", "%v", err)
 		}
+		if errors.Is(err, admin.ErrUnreplayable) {
+			return errf(http.StatusUnprocessableEntity, "unreplayable", "seq", "%v", err)
+		}
 		if err != nil {
 			return errf(http.StatusServiceUnavailable, "stream_unavailable", "", "%v", err)
 		}

@@ -121,7 +121,7 @@ var protocolHeaders = func() map[string]string {
 	m := map[string]string{}
 	for _, h := range []string{publisher.HeaderType, publisher.HeaderKey, publisher.HeaderFingerprint, publisher.HeaderRound,
 		publisher.HeaderMode, publisher.HeaderPayload, publisher.HeaderOpenedAt, publisher.HeaderDueAt, publisher.HeaderTTL,
-		publisher.HeaderVersion, publisher.HeaderTraceParent, publisher.HeaderStore, publisher.HeaderStoreAddr, publisher.HeaderExclusive, worker.HeaderReplay, worker.HeaderSummary, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
+		publisher.HeaderVersion, publisher.HeaderTraceParent, publisher.HeaderStore, publisher.HeaderStoreAddr, publisher.HeaderExclusive, publisher.HeaderBypass, worker.HeaderReplay, worker.HeaderSummary, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
 		m[textproto.CanonicalMIMEHeaderKey(h)] = h
 	}
 	return m
@@ -147,6 +147,11 @@ func (p *Protocol) job(h nats.Header, body []byte) (*worker.Job, *apiError) {
 	}
 	if _, ok := p.cfg.Coalescer.Policy(dj.Type); !ok {
 		return nil, errf(http.StatusNotFound, "no_policy", "Coalesce-Type", "job type %q has no policy here: the daemon that starts a job needs its policy", dj.Type)
+	}
+	if dj.Token == 0 && dj.Bypass == "" {
+		// Published before Coalesce-Bypass existed: its identity from its
+		// content (the subject is not forwarded).
+		dj.Bypass = worker.ContentBypass(dj)
 	}
 	job := &worker.Job{Job: dj, Attempt: 1}
 	job.Replay, job.Summary = worker.ReplayOf(h)
@@ -389,6 +394,9 @@ func httpOp[A any](a *API, op func(context.Context, nats.Header, []byte) (A, *ap
 // in 64 KiB), as the Go worker writes them.
 func DeadLetterHeaders(job *worker.Job, reason string) map[string]string {
 	h := map[string]string{worker.HeaderError: reason, worker.HeaderAttempts: strconv.Itoa(job.Attempt)}
+	if job.Token == 0 && job.Bypass != "" {
+		h[publisher.HeaderBypass] = job.Bypass // its replay is the same job
+	}
 	if b, err := json.Marshal(job.Summary); err == nil && len(b) <= 64<<10 {
 		h[worker.HeaderSummary] = string(b)
 	}
