@@ -134,16 +134,14 @@ func (d Dead) letter(m *jetstream.RawStreamMsg, full bool) DeadLetter {
 	if dl.Attempts == 0 {
 		dl.Attempts, _ = strconv.Atoi(h.Get("Coalesce-Deliveries")) // an intake dead letter
 	}
-	if raw := h.Get(worker.HeaderSummary); raw != "" {
-		var sum debounce.Summary
-		if json.Unmarshal([]byte(raw), &sum) == nil {
-			dl.Summary = &sum
-		}
+	args, sum, found, err := worker.UnpackSummary(h, m.Data)
+	if found && err == nil {
+		dl.Summary = &sum
 	}
 	if full {
-		dl.Args = json.RawMessage(m.Data)
-		if !json.Valid(m.Data) {
-			dl.Args, _ = json.Marshal(string(m.Data))
+		dl.Args = json.RawMessage(args)
+		if !json.Valid(args) {
+			dl.Args, _ = json.Marshal(string(args))
 		}
 		dl.Headers = map[string]string{}
 		for k, v := range h {
@@ -181,8 +179,17 @@ func (d Dead) Replay(ctx context.Context, seq uint64) (string, error) {
 			out.Header.Del(k)
 		}
 	} else {
-		dj, err := publisher.DecodeJob(m.Header, m.Data)
+		args, _, _, err := worker.UnpackSummary(m.Header, m.Data)
 		if err != nil {
+			return "", fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
+		}
+		dj, err := publisher.DecodeJob(m.Header, args)
+		if err != nil {
+			return "", fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
+		}
+		// The summary it kept goes with the replay, in a header or (too
+		// large for one) in the body with the args.
+		if out.Data, err = worker.RepackSummary(out.Header, m.Data); err != nil {
 			return "", fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
 		}
 		if dj.Token == 0 && dj.Bypass == "" {
