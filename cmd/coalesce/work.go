@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/coalesce-io/coalesce/internal/daemon"
+	"github.com/coalesce-io/coalesce/internal/redact"
 	"github.com/coalesce-io/coalesce/internal/telemetry"
 	"github.com/coalesce-io/coalesce/worker"
 )
@@ -114,7 +115,7 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		return err
 	}
 	if from := localDaemonServers(cfg); from != "" {
-		log.Info("no servers configured: using the local coalesce serve's embedded servers", "from", from, "redis", cfg.Redis.URL, "nats", cfg.NATS.URLs[0])
+		log.Info("no servers configured: using the local coalesce serve's embedded servers", "from", from, "redis", redact.URL(cfg.Redis.URL), "nats", redact.URL(cfg.NATS.URLs[0]))
 	}
 	m := daemon.NewMetrics(append(cfg.Types(), types...)...)
 	onPush = m.OnPush
@@ -165,7 +166,7 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		log.Info("metrics", "addr", ln.Addr().String())
 	}
 	if *postURL != "" {
-		log.Info("working", "types", types.String(), "post", *postURL)
+		log.Info("working", "types", types.String(), "post", redact.URL(*postURL))
 	} else {
 		log.Info("working", "types", types.String(), "exec", *execCmd)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/config"
+	"github.com/coalesce-io/coalesce/internal/redact"
 	"github.com/coalesce-io/coalesce/outbox"
 )
 
@@ -66,7 +66,7 @@ func StartOutbox(ctx context.Context, cfg *config.Config, c *Conns, m *Metrics, 
 	if oc.Postgres == "" {
 		return func() {}, nil
 	}
-	where := redactPostgres(oc.Postgres)
+	where := redact.URL(oc.Postgres)
 	pool, err := pgxpool.New(ctx, oc.Postgres)
 	if err != nil {
 		return nil, fmt.Errorf("outbox.postgres: %s: %w", where, err)
@@ -143,13 +143,4 @@ func outboxTablesExist(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("the outbox tables there are schema 1 (coalesce_outbox_dead has no dead_id); this relay needs schema %d: run `coalesce outbox migrate --postgres URL` (or apply outbox/schema.sql), or set outbox.migrate: true", outbox.SchemaVersion)
 	}
 	return nil
-}
-
-// redactPostgres hides a Postgres URL's password for logs and messages.
-func redactPostgres(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
-		return "(connection string)"
-	}
-	return u.Redacted()
 }
