@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/fingerprint"
 	"github.com/coalesce-io/coalesce/publisher"
 	"github.com/coalesce-io/coalesce/worker"
 )
@@ -46,6 +47,24 @@ type DeadLetter struct {
 // ErrNoDeadLetter: no dead letter at that sequence (of that type).
 var ErrNoDeadLetter = errors.New("no such dead letter")
 
+// ErrInvalidType: a job type filter that is no job type (a NATS wildcard,
+// say: "*" or ">" would reach every type's dead letters).
+var ErrInvalidType = errors.New("invalid job type")
+
+// CheckType says what is wrong with a dead letters' type filter: a job type
+// (fingerprint's form, and a NATS subject token: no "..", no trailing "."),
+// optionally "_ingest." before it (the durable intake's dead letters).
+func CheckType(jobType string) error {
+	t := strings.TrimPrefix(jobType, "_ingest.")
+	if err := fingerprint.ValidateType(t); err != nil {
+		return fmt.Errorf("%w %q: %w", ErrInvalidType, jobType, err)
+	}
+	if strings.Contains(t, "..") || strings.HasSuffix(t, ".") {
+		return fmt.Errorf("%w %q: an empty subject token (\"..\" or a trailing \".\")", ErrInvalidType, jobType)
+	}
+	return nil
+}
+
 // ErrUnreplayable: the dead letter cannot be replayed as it is (a job
 // message coalesce cannot decode); its headers say why.
 var ErrUnreplayable = errors.New("dead letter cannot be replayed")
@@ -62,6 +81,7 @@ func (d Dead) stream(ctx context.Context) (jetstream.Stream, error) {
 }
 
 // filter is the subject of jobType's dead letters; "" is every type's.
+// jobType has passed CheckType.
 func (d Dead) filter(jobType string) string {
 	if jobType == "" {
 		return d.deadPrefix() + ">"
@@ -75,6 +95,11 @@ func (d Dead) deadPrefix() string { return d.Subjects.Dead("") }
 // List returns up to limit dead letters of jobType ("" for all), oldest
 // first, optionally only those of round.
 func (d Dead) List(ctx context.Context, jobType, round string, limit int) ([]DeadLetter, error) {
+	if jobType != "" {
+		if err := CheckType(jobType); err != nil {
+			return nil, err
+		}
+	}
 	s, err := d.stream(ctx)
 	if err != nil {
 		return nil, err
@@ -230,6 +255,9 @@ func (d Dead) Purge(ctx context.Context, jobType, round string, seq uint64) (int
 	}
 	if jobType == "" {
 		return 0, errors.New("purge needs a type (or a sequence)")
+	}
+	if err := CheckType(jobType); err != nil {
+		return 0, err // never a wildcard: "*" or ">" would purge every type's
 	}
 	if round == "" {
 		before, err := d.count(ctx, s, jobType)
