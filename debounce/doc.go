@@ -57,23 +57,31 @@
 //
 // # Local joins
 //
-// An event of a round this Coalescer knows pending and published is
-// answered without a Redis call where the answer cannot lose anything
-// (debounce with payload first, fixed or extended; throttle without
-// trailing; dedup until expiry), and added to its round by a flush within
-// Config.FlushInterval that applies it only if the round's token is still
-// there. Events whose round is gone by then are submitted again as ordinary
-// events. The guarantee, exactly: without a crash, no accepted event is
-// lost, whatever the clocks do; after a producer crash, the events it
-// answered since its last flush are missing from their round's count but
-// still covered by its job, provided every clock (producers, workers, Redis,
-// NATS) is within Config.ClockSkew of every other and every process has the
-// same DueSlack, because local answers stop DueSlack + ClockSkew +
-// FlushInterval + 50 ms before the round can be taken (no layout's take
-// takes a round that is not due) or expires. A flush that gets no reply
-// stops local answers until one does, and is sent again unchanged (it
-// applies once). Call Flush before a producer stops. local.go has the details; LocalStats counts
-// what it did.
+// An event of a round this Coalescer knows pending and published is answered
+// without a Redis call where the answer cannot lose anything (debounce with
+// payload first, fixed or extended; throttle without trailing; dedup until
+// expiry), and added to its round by a flush within Config.FlushInterval
+// that applies it only if the round's token is still there. Events whose
+// round is gone by then are submitted again as ordinary events, except those
+// answered as dropped (throttled, duplicate): no job was promised to them,
+// and they stay dropped (LocalStats.Forgotten). The guarantee, exactly:
+// without a crash, no accepted event is lost, whatever the clocks do; after
+// a producer crash, the events it answered since its last flush are missing
+// from their round's count but still covered by its job, provided every
+// clock (producers, workers, Redis, NATS) is within Config.ClockSkew of
+// every other and every process has the same DueSlack, because local answers
+// stop DueSlack + ClockSkew + FlushInterval + 50 ms before the round can be
+// taken (no layout's take takes a round that is not due) or expires. A flush
+// that gets no reply (or has waited more than 50 ms for it) stops local
+// answers until one does, and is sent again unchanged: its marker in Redis
+// keeps its reply until a minute after the last of its rounds expires, so it
+// applies once however late it is sent again (sent after that, it finds its
+// rounds gone, and their events are submitted again and counted in
+// LocalStats.Uncertain). Call Flush before a producer stops: it returns when
+// the events answered before the call are in Redis, or when its context
+// ends. Inspect and Explain send no flush: they show the round in Redis plus
+// this process's local joins not yet flushed. local.go has the details;
+// LocalStats counts what it did.
 //
 // # Replicas and failover
 //

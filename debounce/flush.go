@@ -3,6 +3,7 @@ package debounce
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -103,20 +104,38 @@ func (c *Coalescer) flushLoop() {
 	}
 }
 
-// Flush adds every locally answered event to its round in Redis now, and
-// returns once that is done (or ctx ends). Call it before a producer stops:
+// Flush adds every event answered locally before the call to its round in
+// Redis (or, its round gone, submits it again), and returns once that is
+// done, or when ctx ends: ctx bounds the whole call, its waits and round
+// trips included (what is not done then stays queued for the background
+// flusher, and the error says so). Events answered locally meanwhile by
+// other goroutines go to the next flush. Call it before a producer stops:
 // without it, the counts of the last flush interval's events are lost (the
 // events themselves are covered by their rounds' jobs, local.go).
 func (c *Coalescer) Flush(ctx context.Context) error {
 	if c.local == nil {
 		return nil
 	}
+	took := false // the queue as it was at the call went out
 	for {
-		err := c.flushLocal(ctx)
+		var err error
+		again := false
+		if c.local.lockFlush(ctx, time.Duration(math.MaxInt64)) {
+			var t bool
+			before := c.local.resubmitted.Load()
+			t, err = c.flushLocked(ctx)
+			// Events submitted again may have been joined locally, to the
+			// round the first of them opened: one more flush for them.
+			again = c.local.resubmitted.Load() != before
+			c.local.fmu.Unlock()
+			took = took || t
+		} else {
+			err = ctx.Err()
+		}
 		c.local.qmu.Lock()
-		left := len(c.local.queue) + len(c.local.retry) + len(c.local.unsent)
+		left := len(c.local.retry) + len(c.local.unsent)
 		c.local.qmu.Unlock()
-		if err == nil && left == 0 {
+		if err == nil && took && !again && left == 0 {
 			return nil
 		}
 		select {
@@ -153,7 +172,18 @@ type flushCall struct {
 	scriptCall
 	hash   bool
 	rounds []flushed
+	// until (unix ms) is when the call's marker expires at the latest, if
+	// the call reached Redis: markerMargin after the last of its rounds
+	// expires (the scripts set it so). Sent again later, the call finds
+	// every round gone and its events are submitted again, which may
+	// repeat events an unanswered send applied (LocalStats.Uncertain).
+	until int64
+	sent  bool // sent at least once
 }
+
+// markerMargin is how long a flush's marker outlives the last round it
+// applied to (MARKER_MARGIN in flush_packed.lua and flush_round.lua).
+const markerMargin = time.Minute
 
 // assistAfter: a queue older than this many flush intervals is late.
 const assistAfter = 5
@@ -176,7 +206,7 @@ func (c *Coalescer) assistFlush() {
 	}
 	defer ls.fmu.Unlock()
 	ls.assists.Add(1)
-	_ = c.flushLocked(context.Background())
+	_, _ = c.flushLocked(context.Background())
 }
 
 // lockFlush takes the flush lock within d (or ctx), reporting whether it did.
@@ -196,17 +226,19 @@ func (ls *localState) lockFlush(ctx context.Context, d time.Duration) bool {
 func (c *Coalescer) flushLocal(ctx context.Context) error {
 	c.local.fmu.Lock()
 	defer c.local.fmu.Unlock()
-	return c.flushLocked(ctx)
+	_, err := c.flushLocked(ctx)
+	return err
 }
 
-// flushLocked is flushLocal, under fmu.
-func (c *Coalescer) flushLocked(ctx context.Context) error {
+// flushLocked is flushLocal, under fmu; took reports that it took the queue
+// (it does not while calls from earlier flushes await a reply).
+func (c *Coalescer) flushLocked(ctx context.Context) (took bool, err error) {
 	ls := c.local
 	ls.qmu.Lock()
 	calls := ls.unsent
 	ls.unsent = nil
 	var queue []*localRound
-	if len(calls) == 0 {
+	if took = len(calls) == 0; took {
 		// Calls without a reply go again first, alone: during an outage
 		// the new events wait in their rounds instead of piling up in
 		// more calls.
@@ -239,9 +271,8 @@ func (c *Coalescer) flushLocked(ctx context.Context) error {
 	}
 	calls = c.flushCalls(calls, packedRounds, false)
 	calls = c.flushCalls(calls, hashRounds, true)
-	var err error
 	if len(calls) > 0 {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
 		err = c.sendFlush(fctx, calls)
 		cancel()
 	}
@@ -263,7 +294,7 @@ func (c *Coalescer) flushLocked(ctx context.Context) error {
 			break
 		}
 	}
-	return err
+	return took, err
 }
 
 // flushCalls groups one layout's rounds by Cluster slot into script calls.
@@ -280,6 +311,7 @@ func (c *Coalescer) flushCalls(calls []*flushCall, rounds []flushed, hash bool) 
 			for _, f := range fc.rounds {
 				fc.keys = append(fc.keys, f.lr.rkey)
 				fc.args = c.appendFlushArgs(fc.args, f, hash)
+				fc.until = max(fc.until, f.lr.expiry()+markerMargin.Milliseconds())
 			}
 			fc.keys = append(fc.keys, fc.keys[0]+"~f"+strconv.FormatUint(rand.Uint64(), 16))
 			calls = append(calls, fc)
@@ -300,20 +332,34 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 	c.local.acked = nil
 	c.local.qmu.Unlock()
 	sc := make([]*scriptCall, len(calls))
+	resent := make([]bool, len(calls))
 	for i, fc := range calls {
 		sc[i] = &fc.scriptCall
+		resent[i] = fc.sent
 	}
+	unlinks := make([]*redis.IntCmd, 0, len(acked))
+	c.local.flushStart.Store(int64(time.Since(c.local.base)))
 	c.runScripts(ctx, sc, func(pipe redis.Pipeliner) {
 		for _, m := range acked {
-			pipe.Unlink(ctx, m)
+			unlinks = append(unlinks, pipe.Unlink(ctx, m))
 		}
 	})
+	c.local.flushStart.Store(0)
 	c.local.flushes.Add(1)
 	c.local.flushNanos.Add(int64(time.Since(start)))
 	var firstErr error
 	var unsent []*flushCall
 	var answered []string
-	for _, fc := range calls {
+	for i, cmd := range unlinks {
+		if cmd.Err() != nil {
+			answered = append(answered, acked[i]) // deleted by a later flush
+		}
+	}
+	// A call sent again past its marker's life: a round it finds gone
+	// may have taken the events in an earlier, unanswered send.
+	late := c.now().UnixMilli() + c.local.guard.Milliseconds()
+	for i, fc := range calls {
+		fc.sent = true
 		if fc.doubt != nil {
 			// Applied on the primary, not confirmed by its replicas: a
 			// failover now would lose these counts, never the events'
@@ -339,11 +385,12 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 		}
 		answered = append(answered, fc.keys[len(fc.keys)-1])
 		c.local.flushedKeys.Add(uint64(len(fc.rounds)))
-		for i, f := range fc.rounds {
+		uncertain := resent[i] && late >= fc.until
+		for j, f := range fc.rounds {
 			if fc.hash {
-				c.applyFlush(f, res[2*i], res[2*i+1])
+				c.applyFlush(f, res[2*j], res[2*j+1], uncertain)
 			} else {
-				c.applyFlush(f, res[i], 0)
+				c.applyFlush(f, res[j], 0, uncertain)
 			}
 		}
 	}
@@ -378,8 +425,10 @@ func (c *Coalescer) appendFlushArgs(args []any, f flushed, hash bool) []any {
 }
 
 // applyFlush records a flush's answer for one round: its count (and due
-// time) in Redis, or, when the round is gone, the events to submit again.
-func (c *Coalescer) applyFlush(f flushed, count, due int64) {
+// time) in Redis, or, when the round is gone, the events to submit again
+// (uncertain: the call was sent again past its marker's life, so an
+// earlier send may have added them to the round before it went).
+func (c *Coalescer) applyFlush(f flushed, count, due int64, uncertain bool) {
 	ls := c.local
 	lr := f.lr
 	sh := ls.shard(lr.lk.key)
@@ -388,6 +437,17 @@ func (c *Coalescer) applyFlush(f flushed, count, due int64) {
 	if count < 0 {
 		c.dropLocked(sh, lr)
 		sh.mu.Unlock()
+		if lr.outcome == OutcomeThrottled || lr.outcome == OutcomeDuplicate {
+			// Dropped by design (inside a throttle window or a dedup
+			// reservation whose job was published): no job was promised
+			// to them, and submitted again they would run one. Only their
+			// count is lost with the window.
+			ls.forgotten.Add(uint64(f.n))
+			return
+		}
+		if uncertain {
+			ls.uncertain.Add(uint64(f.n))
+		}
 		ls.qmu.Lock()
 		ls.retry = append(ls.retry, resubmission{lr: lr, n: f.n, first: f.first})
 		ls.qmu.Unlock()
@@ -410,7 +470,7 @@ func (c *Coalescer) resubmit(ctx context.Context, rs resubmission) error {
 	ls := c.local
 	ev := rs.first
 	for i := range rs.n {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+		sctx, cancel := context.WithTimeout(ctx, flushTimeout)
 		d, err := c.submit(sctx, ev)
 		cancel()
 		if err == nil && d.Outcome == OutcomeBypassed {
@@ -466,7 +526,12 @@ func (c *Coalescer) slotGroups(rounds []flushed) [][]flushed {
 		return [][]flushed{rounds}
 	case *redis.ClusterClient:
 	default: // a Ring, or a client of its own: the hash tag is all that is sure
-		group = func(key string) string { return key[strings.IndexByte(key, '{'):] }
+		group = func(key string) string {
+			if i := strings.IndexByte(key, '{'); i >= 0 {
+				return key[i:]
+			}
+			return key // every round key has a tag (keys.go); never slice at -1
+		}
 	}
 	bySlot := map[string][]flushed{}
 	var order []string

@@ -28,24 +28,36 @@ type Round struct {
 	Items   int             `json:"items,omitempty"`
 }
 
-// Inspect reads the pending round of a key without changing it. For a
-// throttle policy it returns the trailing round if one is pending, else the
-// window. found is false when nothing is pending.
+// Inspect reads the pending round of a key without changing anything: it
+// sends no flush and submits nothing. For a throttle policy it returns the
+// trailing round if one is pending, else the window. found is false when
+// nothing is pending.
+//
+// Events counts the events in Redis plus those this Coalescer answered
+// locally for the round and has not flushed yet. Not shown until their
+// flush: a local join's later last-seen time and extension, and events of
+// a flush whose reply was lost (they may or may not be in Redis), or all
+// local joins when a flush has been under way for a second (Redis
+// unreachable).
 func (c *Coalescer) Inspect(ctx context.Context, jobType string, key RoundKey) (r Round, found bool, err error) {
 	p, ok := c.policies[jobType]
 	if !ok {
 		return Round{}, false, fmt.Errorf("%w %q", ErrNoPolicy, jobType)
 	}
-	if c.local != nil && c.local.lockFlush(ctx, time.Second) {
-		// Show this process's local joins too, unless a flush has held
-		// the lock for a second (it may be waiting for a Redis gone).
-		_ = c.flushLocked(ctx)
-		c.local.fmu.Unlock()
+	// Holding the flush lock, no flush goes out while the round is read:
+	// the events answered locally and not flushed are exactly those Redis
+	// does not have yet.
+	local := c.local != nil && c.local.lockFlush(ctx, time.Second)
+	if local {
+		defer c.local.fmu.Unlock()
 	}
 	keys := c.keys(p, key)
 	for i, k := range keys {
 		r, found, err = c.inspectKey(ctx, p, key, k, i == 1)
 		if err != nil || found {
+			if found && local {
+				r.Events += c.localPending(p, key, r.Token)
+			}
 			return r, found, err
 		}
 	}
@@ -181,10 +193,12 @@ const doneCancelled = "cancelled"
 // job, if its schedule already fired or a reschedule lands late, starts
 // nothing (ReleaseDone). The caller purges the round's messages
 // (publisher.Cancel). It returns the round as it was (CancelCancelled) or
-// the round pending instead (CancelOtherRound). Events another process
-// answered locally for the round and had not flushed yet are submitted
-// again by that process when its flush finds the round gone: they open a
-// new round.
+// the round pending instead (CancelOtherRound). This Coalescer's local
+// joins are flushed first (within a second), so they are cancelled with
+// the round. Events another process answered locally for the round and had
+// not flushed yet are submitted again by that process when its flush finds
+// the round gone (they open a new round), unless they were answered as
+// dropped (throttled, duplicate).
 func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKey, token Token) (Round, CancelResult, error) {
 	p, ok := c.policies[jobType]
 	if !ok {
@@ -192,6 +206,13 @@ func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKe
 	}
 	if token == 0 {
 		return Round{}, "", fmt.Errorf("%w: cancel needs the round's token (16 hex digits, from its decision or Inspect)", ErrInvalidToken)
+	}
+	if c.local != nil && c.local.lockFlush(ctx, time.Second) {
+		// This process's local joins go to Redis first, to be cancelled
+		// with their round (unless a flush has held the lock for a
+		// second: Redis may be gone).
+		_, _ = c.flushLocked(ctx)
+		c.local.fmu.Unlock()
 	}
 	r, found, err := c.Inspect(ctx, jobType, key)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 )
 
 // InspectMany reads the pending rounds of many keys of one job type in one
-// pipelined round trip, as Inspect reads one: rounds[i] is keys[i]'s round
+// pipelined round trip, as Inspect reads one (changing nothing): rounds[i] is keys[i]'s round
 // when found[i]. It is for listings (a dashboard's page of rounds), not for
 // the decision path. The keys of one call may live on different Cluster
 // nodes: the client splits the pipeline.
@@ -23,9 +23,11 @@ func (c *Coalescer) InspectMany(ctx context.Context, jobType string, keys []Roun
 	if len(keys) == 0 {
 		return rounds, found, nil
 	}
-	if c.local != nil && c.local.lockFlush(ctx, time.Second) {
-		_ = c.flushLocked(ctx) // this process's local joins too, as Inspect
-		c.local.fmu.Unlock()
+	// As Inspect: nothing sent, this process's local joins not flushed yet
+	// counted in (under the flush lock, so none is in flight).
+	local := c.local != nil && c.local.lockFlush(ctx, time.Second)
+	if local {
+		defer c.local.fmu.Unlock()
 	}
 	type read struct {
 		typ    *redis.StatusCmd
@@ -64,6 +66,9 @@ func (c *Coalescer) InspectMany(ctx context.Context, jobType string, keys []Roun
 				return nil, nil, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, jobType, key, derr)
 			}
 			if ok {
+				if local {
+					r.Events += c.localPending(p, key, r.Token)
+				}
 				rounds[i], found[i] = r, true
 				break
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -77,6 +78,45 @@ type Job struct {
 	// StoreAddr that Redis as the producer reached it (store.go): a worker
 	// on another Redis does not run the job. Empty: unknown.
 	Store, StoreAddr string
+	// Bypass identifies a bypassed job (Token zero: published without a
+	// reservation, Redis down under fail open): "_" and 16 hex digits,
+	// random per publish, carried by its message (the Coalesce-Bypass
+	// header and the last token of its run subject). Empty for a round's
+	// job. A Publisher sets one for a bypassed job that has none.
+	Bypass string
+}
+
+// ID is the job's identity: "<round key>.<token>" for a round's job,
+// "<round key>.<bypass>" for a bypassed one (see Bypass). It is the same
+// for every delivery of the job and for its replay from the dead letters,
+// and differs for every other job: an idempotency key for the job's
+// effects. "" for a bypassed job whose Bypass is not known.
+func (j Job) ID() string {
+	switch {
+	case j.Token != 0:
+		return j.Key.String() + "." + j.Token.String()
+	case j.Bypass != "":
+		return j.Key.String() + "." + j.Bypass
+	}
+	return ""
+}
+
+// NewBypass returns a new Job.Bypass: "_" and 16 random hex digits.
+func NewBypass() string {
+	return fmt.Sprintf("_%016x", rand.Uint64())
+}
+
+// ValidBypass reports whether s has the form of a Job.Bypass.
+func ValidBypass(s string) bool {
+	if len(s) != 17 || s[0] != '_' {
+		return false
+	}
+	for _, c := range s[1:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Immediate reports whether the job is meant to run now rather than at DueAt.

@@ -108,6 +108,7 @@ func TestLastSeenAgreesWithGo(t *testing.T) {
 				f.clock.Advance(off - moved)
 				moved = off
 				f.submit(t, typ, `{"k":"`+typ+`"}`)
+				f.flush(t) // a local join's last-seen time is in Redis after its flush
 				r, found, err := f.c.Inspect(context.Background(), typ, first.Key)
 				if err != nil || !found {
 					t.Fatalf("%s: inspect: %v %v", typ, found, err)

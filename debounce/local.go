@@ -91,6 +91,17 @@ func (p *compiled) localEligible() bool {
 	return false
 }
 
+// expiry is the round's expiry (unix ms): the time after which no flush can
+// apply to it. A packed token holds it; a hash round lives its policy's
+// lifetime from its first event.
+func (lr *localRound) expiry() int64 {
+	if lr.hash {
+		return lr.opened.UnixMilli() + lr.lk.p.lifetime().Milliseconds()
+	}
+	exp, _ := lr.token.packedParts()
+	return exp
+}
+
 // localKey names a round this process may answer for.
 type localKey struct {
 	p   *compiled
@@ -114,6 +125,11 @@ type localRound struct {
 	pending  int       // answered here since the last flush
 	first    Event     // the first of them, its args copied: submitted again if the round is gone
 	flushing int       // answered here, in a flush under way
+	// live: the entry holds a whole Redis answer (token, key, layout,
+	// outcome, due time, count) and may answer events until until. An
+	// entry learned too near its round's end is not live: it only sends
+	// events to Redis until bypass.
+	live bool
 	// bypass: a round known but too close to its due time (or end) to be
 	// answered here: until then (unix ms) events go to Redis straight,
 	// without waiting for an opener.
@@ -133,10 +149,20 @@ type localShard struct {
 
 // LocalStats counts what local joins did; Coalescer.LocalStats reads them.
 type LocalStats struct {
-	Joined      uint64        // events answered locally
-	Flushes     uint64        // flush round trips (one pipeline of script calls, one call per slot)
-	FlushedKeys uint64        // rounds flushed (each carries the events of one round)
-	Resubmitted uint64        // events submitted again: their round was gone at the flush
+	Joined      uint64 // events answered locally
+	Flushes     uint64 // flush round trips (one pipeline of script calls, one call per slot)
+	FlushedKeys uint64 // rounds flushed (each carries the events of one round)
+	Resubmitted uint64 // events submitted again: their round was gone at the flush
+	// Uncertain counts, among Resubmitted, events whose flush got no reply
+	// and was sent again only after its marker's life (markerMargin after
+	// the round's expiry): an earlier send may have added them to their
+	// round, so they may be counted twice or run in a second job.
+	Uncertain uint64
+	// Forgotten counts events answered locally as dropped (throttled,
+	// duplicate) whose window or reservation was gone at their flush:
+	// not submitted again (no job was promised to them), only their
+	// count is lost.
+	Forgotten   uint64
 	FlushErrors uint64        // flushes that failed (retried)
 	Assists     uint64        // flushes run by a submitting goroutine: the flusher was starved of CPU
 	MaxWait     time.Duration // the longest a locally joined event waited for its flush to start
@@ -167,8 +193,12 @@ type localState struct {
 	queuedAt atomic.Int64 // when the queue last became non-empty; 0: empty
 	maxWait  atomic.Int64 // the longest an event waited for its flush to start, ns
 
-	joined, flushes, flushedKeys, resubmitted, flushErrors, assists atomic.Uint64
-	flushNanos                                                      atomic.Int64
+	// flushStart is when the flush under way was sent (since base, ns); 0:
+	// none is under way.
+	flushStart atomic.Int64
+
+	joined, flushes, flushedKeys, resubmitted, flushErrors, assists, uncertain, forgotten atomic.Uint64
+	flushNanos                                                                            atomic.Int64
 }
 
 func newLocalState(every, guard time.Duration, max int) *localState {
@@ -177,6 +207,15 @@ func newLocalState(every, guard time.Duration, max int) *localState {
 		ls.shards[i].m = make(map[localKey]*localRound)
 	}
 	return ls
+}
+
+// flushStalled reports a flush under way for longer than flushMargin, the
+// round trip the guard allows it: the events answered meanwhile may reach
+// Redis only after their round can be taken, and a crash would lose more
+// than one flush interval's counts.
+func (ls *localState) flushStalled() bool {
+	at := ls.flushStart.Load()
+	return at != 0 && time.Since(ls.base)-time.Duration(at) > flushMargin
 }
 
 func (ls *localState) shard(key RoundKey) *localShard {
@@ -192,6 +231,7 @@ func (c *Coalescer) LocalStats() LocalStats {
 	return LocalStats{
 		Joined: ls.joined.Load(), Flushes: ls.flushes.Load(), FlushedKeys: ls.flushedKeys.Load(),
 		Resubmitted: ls.resubmitted.Load(), FlushErrors: ls.flushErrors.Load(), Assists: ls.assists.Load(),
+		Uncertain: ls.uncertain.Load(), Forgotten: ls.forgotten.Load(),
 		MaxWait:   time.Duration(ls.maxWait.Load()),
 		FlushTime: time.Duration(ls.flushNanos.Load()), Rounds: int(ls.rounds.Load()),
 	}
@@ -204,17 +244,24 @@ func (c *Coalescer) LocalStats() LocalStats {
 // learn or settle with it.
 func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev Event, now time.Time) (d Decision, ok bool, opener *localRound) {
 	ls := c.local
-	if ls.failing.Load() {
-		// Flushes fail (Redis unreachable): answer nothing here that
-		// could not reach Redis; events go there (and fail, or bypass,
-		// as the policy says).
+	if ls.failing.Load() || ls.flushStalled() {
+		// Flushes fail, or the one under way waits (Redis unreachable,
+		// or a blackhole until the read timeout): answer nothing here
+		// that could not reach Redis; events go there (and fail, or
+		// bypass, as the policy says).
 		return d, false, nil
 	}
 	lk := localKey{p, key}
 	sh := ls.shard(key)
-	nowMs := now.UnixMilli()
+	var nowMs int64
 	for range 3 {
 		sh.mu.Lock()
+		// The clock is read here, under the lock, not before: an answer
+		// is given against the time it is given at. A reading taken
+		// before a preemption could fall before the round's local time
+		// ended, and the answer after the round was taken.
+		now = c.now()
+		nowMs = now.UnixMilli()
 		lr := sh.m[lk]
 		switch {
 		case lr == nil:
@@ -234,8 +281,6 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev
 			select {
 			case <-wait:
 				t.Stop()
-				now = c.now()
-				nowMs = now.UnixMilli()
 				continue
 			case <-t.C:
 				return d, false, nil // the opener is slow: ask Redis
@@ -243,7 +288,9 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev
 				t.Stop()
 				return d, false, nil
 			}
-		case lr.gone || nowMs >= lr.until:
+		case lr.gone || !lr.live || nowMs >= lr.until:
+			// Only a live entry answers: one learned near its round's end
+			// holds a token but no outcome, due time or Redis key.
 			if lr.dirty || !lr.gone && nowMs < lr.bypass {
 				// Its events wait for their flush, which forgets it; or
 				// the round is near its end: to Redis, no opener.
@@ -291,7 +338,7 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev
 // pending and published, and lets the waiting events join it. Any other
 // answer (an error, a round not published, another layout's round) settles
 // the entry away.
-func (c *Coalescer) learn(lr *localRound, p *compiled, d Decision, r reply, now time.Time) {
+func (c *Coalescer) learn(lr *localRound, p *compiled, d Decision, r reply) {
 	ls := c.local
 	sh := ls.shard(lr.lk.key)
 	until, ok := c.localUntil(p, d, r)
@@ -301,9 +348,11 @@ func (c *Coalescer) learn(lr *localRound, p *compiled, d Decision, r reply, now 
 		c.dropLocked(sh, lr)
 		return
 	}
-	if now.UnixMilli() >= until {
-		// Near its end: this round's events go to Redis, straight.
-		lr.token, lr.until, lr.bypass = r.token, until, until+c.local.guard.Milliseconds()
+	if c.now().UnixMilli() >= until {
+		// Near its end: this round's events go to Redis, straight. The
+		// entry is not live: it never answers an event, whatever clock
+		// reading the event compares with it.
+		lr.token, lr.until, lr.bypass = r.token, 0, until+c.local.guard.Milliseconds()
 		close(lr.opening)
 		lr.opening = nil
 		c.local.ensureFlusher(c) // it sweeps the entry
@@ -322,6 +371,7 @@ func (c *Coalescer) learn(lr *localRound, p *compiled, d Decision, r reply, now 
 	}
 	lr.opened = r.openedAt
 	lr.until, lr.due, lr.count = until, d.DueAt, d.Events
+	lr.live = true
 	close(lr.opening)
 	lr.opening = nil
 	c.local.ensureFlusher(c) // it sweeps the entry when its time is over
@@ -376,6 +426,18 @@ func (c *Coalescer) localUntil(p *compiled, d Decision, r reply) (int64, bool) {
 		return exp - guard, true
 	}
 	return 0, false
+}
+
+// localPending is how many events this process answered locally for the
+// round of token and has not put in a flush yet.
+func (c *Coalescer) localPending(p *compiled, key RoundKey, token Token) int {
+	sh := c.local.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if lr := sh.m[localKey{p, key}]; lr != nil && lr.token == token {
+		return lr.pending
+	}
+	return 0
 }
 
 // forget drops what this process knows of a key's round (it was taken or

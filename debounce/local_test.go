@@ -28,8 +28,13 @@ func (f *fixture) other(t *testing.T, policies ...debounce.Policy) *debounce.Coa
 	return c
 }
 
+// inspect flushes c's local joins (Inspect sends no flush), then reads the
+// round of key.
 func (f *fixture) inspect(t *testing.T, c *debounce.Coalescer, typ string, key debounce.RoundKey) debounce.Round {
 	t.Helper()
+	if err := c.Flush(context.Background()); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
 	r, found, err := c.Inspect(context.Background(), typ, key)
 	if err != nil || !found {
 		t.Fatalf("Inspect %s %s: found %v, %v", typ, key, found, err)
@@ -241,27 +246,39 @@ func TestStaleTokenNeverAddsToANewRound(t *testing.T) {
 	})
 }
 
-// TestLocalJoinThenCancelSubmitsAgain: a cancel between local join and
-// flush: the events open a new round (their job runs) instead of vanishing
-// with the cancelled one.
-func TestLocalJoinThenCancelSubmitsAgain(t *testing.T) {
+// TestLocallyDroppedEventsStayDropped: events answered locally as dropped
+// (a dedup duplicate, a throttled event) whose reservation or window is
+// gone at their flush (cancelled here; expired or lost with Redis's data
+// elsewhere) are not submitted again: they were told no job would run for
+// them, and the job of their reservation or window was published. Found by
+// review: on 47bb46e they were submitted again and ran a job of their own
+// (a new dedup round, a leading throttle job).
+func TestLocallyDroppedEventsStayDropped(t *testing.T) {
 	t.Parallel()
-	p := debounce.Policy{Type: "notify", Mode: debounce.ModeDedup, Until: debounce.UntilExpiry, TTL: time.Minute}
+	policies := []debounce.Policy{
+		{Type: "notify", Mode: debounce.ModeDedup, Until: debounce.UntilExpiry, TTL: time.Minute},
+		{Type: "sync", Mode: debounce.ModeThrottle, Window: time.Minute},
+	}
 	eachBackend(t, func(t *testing.T, b backend) {
-		f := newFixture(t, b, p)
+		f := newFixture(t, b, policies...)
 		release := debounce.HoldFlushes(f.c)
 		defer release()
-		d1 := f.submit(t, p.Type, `{"u":1}`)
-		if d := f.submit(t, p.Type, `{"u":1}`); d.Outcome != debounce.OutcomeDuplicate || f.c.LocalStats().Joined != 1 {
-			t.Fatalf("duplicate: %+v, stats %+v", d, f.c.LocalStats())
-		}
-		if _, res, err := f.other(t, p).CancelRound(context.Background(), p.Type, d1.Key, d1.Round); err != nil || res != debounce.CancelCancelled {
-			t.Fatalf("cancel: %s %v", res, err)
+		want := []debounce.Outcome{debounce.OutcomeDuplicate, debounce.OutcomeThrottled}
+		for i, p := range policies {
+			d1 := f.submit(t, p.Type, `{"u":1}`)
+			if d := f.submit(t, p.Type, `{"u":1}`); d.Outcome != want[i] {
+				t.Fatalf("%s: %+v, want %s", p.Type, d, want[i])
+			}
+			if _, res, err := f.other(t, p).CancelRound(context.Background(), p.Type, d1.Key, d1.Round); err != nil || res != debounce.CancelCancelled {
+				t.Fatalf("%s: cancel: %s %v", p.Type, res, err)
+			}
 		}
 		f.flush(t)
-		jobs := f.pub.distinct()
-		if len(jobs) != 2 || jobs[1].Token == d1.Round || string(jobs[1].Args) != `{"u":1}` {
-			t.Errorf("jobs %+v, want the cancelled round's and the one of the event submitted again", jobs)
+		if st := f.c.LocalStats(); st.Joined != 2 || st.Resubmitted != 0 || st.Forgotten != 2 {
+			t.Errorf("stats %+v: want 2 joined locally, none submitted again, 2 forgotten", st)
+		}
+		if jobs := f.pub.distinct(); len(jobs) != 2 {
+			t.Errorf("jobs %+v, want only the two published at the openings", jobs)
 		}
 	})
 }

@@ -19,7 +19,8 @@ const (
 	ModeDedup Mode = "dedup"
 	// ModeThrottle publishes the first event of each window at once (the
 	// leading edge) and drops the rest, or with Trailing gathers them into
-	// one more job at the window's end.
+	// one more job at the window's end, whose start opens the next window:
+	// the window stays closed until then (events in between join it).
 	ModeThrottle Mode = "throttle"
 	// ModeDebounce schedules one job Window after the first event; events
 	// until it starts join it. With Extend, each event pushes the job to

@@ -98,6 +98,7 @@ func TestInspectAndCancel(t *testing.T) {
 			d := f.submit(t, typ, `{"a":1}`)
 			f.clock.Advance(2 * time.Second)
 			f.submit(t, typ, `{"a":1}`)
+			f.flush(t) // Inspect shows a local join's count, its last-seen time after its flush
 			r, found, err := f.c.Inspect(ctx, typ, d.Key)
 			if err != nil || !found {
 				t.Fatalf("%s: Inspect: %v %v", typ, found, err)

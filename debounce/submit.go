@@ -237,7 +237,7 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 	if r.status == statusOpened || r.status == statusLeading {
 		d, err = c.publishOpened(ctx, p, d, job, r)
 		if err == nil && opener != nil && r.doubt == nil {
-			c.learn(opener, p, d, r, now)
+			c.learn(opener, p, d, r)
 			opener = nil
 		}
 		return d, err
@@ -277,7 +277,7 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 		c.noteIfOverdue(ctx, p, job, now)
 	}
 	if opener != nil && r.doubt == nil {
-		c.learn(opener, p, d, r, now)
+		c.learn(opener, p, d, r)
 		opener = nil
 	}
 	return d, nil
@@ -376,7 +376,7 @@ func (c *Coalescer) storeDown(ctx context.Context, p *compiled, d Decision, job 
 	if p.Fail == FailClosed {
 		return d, storeErr
 	}
-	job.Token, job.OpenedAt = 0, now
+	job.Token, job.OpenedAt, job.Bypass = 0, now, NewBypass()
 	if p.Mode == ModeDebounce {
 		job.DueAt = now.Add(p.Window)
 	}

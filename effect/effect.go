@@ -24,11 +24,13 @@
 //
 // A second transaction inserting the same key waits for the first: it finds
 // the record if the first committed, and takes over if it rolled back. The
-// key of a job's round is "<type>:<round key>.<round token>" (KeyOf; from
-// the job document --exec and --post workers get: type ":" key "." round;
-// the Idempotency-Key header of work --post is its last part), the same for
-// every delivery and for a replay from the dead letters; an effect of its
-// own identity (say "charge:invoice-42") is a better key still.
+// key of a job is "<type>:<job id>" (KeyOf; the job's id is
+// "<round key>.<round token>", or "<round key>.<bypass>" for a job bypassed
+// while Redis was down; from the job document --exec and --post workers
+// get: type ":" id; the Idempotency-Key header of work --post is the id),
+// the same for every delivery and for a replay from the dead letters, and
+// another for every other job; an effect of its own identity (say
+// "charge:invoice-42") is a better key still.
 //
 // What the record cannot cover: an effect outside the database (a call to a
 // payment provider) made inside the transaction, whose commit then fails or
@@ -69,26 +71,34 @@ type Record struct {
 	CreatedAt time.Time
 }
 
-// KeyOf is the effect key of a job's round: "<type>:<round key>.<token>",
-// the same for every delivery of the job and for a replay of it from the
-// dead letters. A bypassed job (no round: token zero) has none of its own:
-// KeyOf returns "" and Claim refuses it; key such effects yourself.
+// KeyOf is the effect key of a job: "<type>:<job id>" (debounce.Job.ID:
+// "<round key>.<token>", or "<round key>.<bypass>" for a bypassed job), the
+// same for every delivery of the job and for a replay of it from the dead
+// letters, and another for every other job, bypassed ones included. ""
+// only for a job without an identity (a bypassed job built by hand without
+// its Bypass), which Claim refuses.
 func KeyOf(job *worker.Job) string {
-	if job.Token == 0 {
+	id := job.ID()
+	if id == "" {
 		return ""
 	}
-	return job.Type + ":" + job.Key.String() + "." + job.Token.String()
+	return job.Type + ":" + id
 }
 
-// RecordOf is the Record of a job's round (KeyOf, its type and token).
+// RecordOf is the Record of a job (KeyOf, its type, and its round token or,
+// bypassed, its Bypass).
 func RecordOf(job *worker.Job) Record {
-	return Record{Key: KeyOf(job), JobType: job.Type, Round: job.Token.String()}
+	round := job.Token.String()
+	if job.Token == 0 {
+		round = job.Bypass
+	}
+	return Record{Key: KeyOf(job), JobType: job.Type, Round: round}
 }
 
 func checkKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: key: required (effect.KeyOf(job), or the effect's own identity such as \"charge:invoice-42\"; a bypassed job has no round to key)", ErrInvalidKey)
+		return fmt.Errorf("%w: key: required (effect.KeyOf(job), or the effect's own identity such as \"charge:invoice-42\")", ErrInvalidKey)
 	case len(key) > MaxKeyLen:
 		return fmt.Errorf("%w: key: %d bytes, at most %d", ErrInvalidKey, len(key), MaxKeyLen)
 	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:

@@ -2,6 +2,7 @@ package effect_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/effect"
@@ -226,16 +228,119 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // The effect key other languages build from the job document (--exec's
-// stdin, --post's body): "<type>:<key>.<round>", the same as KeyOf.
+// stdin, --post's body): "<type>:<id>", the same as KeyOf; for a round's
+// job "<type>:<key>.<round>" as before the id existed.
 func TestKeyOfMatchesTheJobDocument(t *testing.T) {
 	t.Parallel()
 	job := &worker.Job{}
 	job.Type, job.Key, job.Token = "charge_invoice", debounce.ExplicitKey("charge_invoice", "INV-42"), 0x6895ae6e5cf2bd
 	doc := job.Document()
-	if got, want := effect.KeyOf(job), doc.Type+":"+doc.Key+"."+doc.Round; got != want {
+	if got, want := effect.KeyOf(job), doc.Type+":"+doc.ID; got != want || want != doc.Type+":"+doc.Key+"."+doc.Round {
 		t.Fatalf("KeyOf %q, from the job document %q", got, want)
 	}
 	if r := effect.RecordOf(job); r.Key != effect.KeyOf(job) || r.JobType != doc.Type || r.Round != doc.Round {
 		t.Fatalf("RecordOf %+v", r)
+	}
+	bypassed := &worker.Job{}
+	bypassed.Type, bypassed.Key, bypassed.Bypass = job.Type, job.Key, "_00000000000000aa"
+	doc = bypassed.Document()
+	if got, want := effect.KeyOf(bypassed), doc.Type+":"+doc.ID; got != want || doc.ID != doc.Key+"._00000000000000aa" {
+		t.Fatalf("a bypassed job: KeyOf %q, from the job document %q", got, want)
+	}
+}
+
+// TestBypassedJobsEachRecordTheirEffect: jobs published without a
+// reservation (Redis down, fail open) each run their effect once through
+// effect.Once(RecordOf(job)), a retry of one of them does not run it again,
+// and neither does its replay from the dead letters. On 47bb46e RecordOf
+// had no key for a bypassed job and Once refused every one of them.
+func TestBypassedJobsEachRecordTheirEffect(t *testing.T) {
+	t.Parallel()
+	pool := migrated(t)
+	ctx := context.Background()
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), DisableIdentity: true, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = down.Close() })
+	_, js := testenv.NATS(t).Connect(t)
+	pub, err := publisher.New(ctx, js, &publisher.Config{Stream: "BYPASS", Prefix: "byp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := debounce.Policy{Type: "charge", Mode: debounce.ModeDedup, KeyFields: []string{"customer"}}
+	co, err := debounce.New(debounce.Config{Redis: down, Publisher: pub, Policies: []debounce.Policy{policy}, Prefix: "byp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs, effects, errs sync.Map // invoice -> *atomic.Int64
+	count := func(m *sync.Map, k string) *atomic.Int64 {
+		v, _ := m.LoadOrStore(k, new(atomic.Int64))
+		return v.(*atomic.Int64)
+	}
+	w, err := worker.New(worker.Config{JetStream: js, Coalescer: co, Publisher: pub, Types: []string{"charge"},
+		Backoff: []time.Duration{100 * time.Millisecond}, MaxDeliver: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = w.Run(wctx, func(ctx context.Context, job *worker.Job) error {
+			var args struct{ Invoice string }
+			_ = json.Unmarshal(job.Args, &args)
+			run := count(&runs, args.Invoice).Add(1)
+			ran, err := effect.Once(ctx, pool, effect.RecordOf(job), charge(args.Invoice))
+			if err != nil {
+				count(&errs, args.Invoice).Add(1)
+				return err
+			}
+			if ran {
+				count(&effects, args.Invoice).Add(1)
+			}
+			switch {
+			case args.Invoice == "retried" && run == 1:
+				return errors.New("the worker died after the commit")
+			case args.Invoice == "dead" && run == 1:
+				return worker.Permanent(errors.New("the receipt printer is on fire"))
+			}
+			return nil
+		})
+	})
+	t.Cleanup(func() { stop(); wg.Wait() })
+	// One customer: every job has the same round key.
+	for _, inv := range []string{"a", "b", "retried", "dead"} {
+		d, err := co.Submit(ctx, debounce.Event{Type: "charge", Args: []byte(fmt.Sprintf(`{"customer":7,"invoice":%q}`, inv))})
+		if err != nil || d.Outcome != debounce.OutcomeBypassed {
+			t.Fatalf("submit %s: %+v %v, want bypassed", inv, d, err)
+		}
+	}
+	waitFor(t, "every job's effect", func() bool {
+		for _, inv := range []string{"a", "b", "retried", "dead"} {
+			if count(&effects, inv).Load() == 0 {
+				return false
+			}
+		}
+		return count(&runs, "retried").Load() >= 2
+	})
+	dead := admin.Dead{JS: js, Stream: pub.Stream(), Subjects: pub.Subjects()}
+	var letters []admin.DeadLetter
+	waitFor(t, "the dead letter", func() bool {
+		letters, err = dead.List(ctx, "charge", "", 10)
+		return err == nil && len(letters) == 1
+	})
+	if _, err := dead.Replay(ctx, letters[0].Seq); err != nil {
+		t.Fatalf("replay of a bypassed job's dead letter: %v", err)
+	}
+	waitFor(t, "the replay", func() bool { return count(&runs, "dead").Load() >= 2 })
+	time.Sleep(300 * time.Millisecond) // nothing more should run
+	for _, inv := range []string{"a", "b", "retried", "dead"} {
+		if n := count(&effects, inv).Load(); n != 1 || count(&errs, inv).Load() != 0 {
+			t.Errorf("invoice %s: the effect ran %d times over %d runs (%d errors), want once", inv, n, count(&runs, inv).Load(), count(&errs, inv).Load())
+		}
+	}
+	if n := charges(t, pool); n != 4 {
+		t.Errorf("%d charges for 4 invoices", n)
 	}
 }

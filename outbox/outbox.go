@@ -8,7 +8,9 @@
 // transaction rolls back sends nothing. A Relay (embedded, or inside
 // coalesce serve with an outbox section) claims committed rows in id order,
 // submits each to a debounce.Coalescer, and deletes a row only once Submit
-// decided it, in the same transaction that claimed it.
+// decided it and the decision is in Redis (a local join flushed), in the
+// same transaction that claimed it (READ COMMITTED, whatever the
+// database's default).
 //
 // # What a relay guarantees
 //
@@ -32,7 +34,8 @@
 //   - Poison rows are moved aside: a row that can never be decided (not
 //     JSON, an integer beyond 2^53, no policy for its type, a job too large)
 //     goes to coalesce_outbox_dead with its error, and the rows behind it
-//     flow.
+//     flow. Dead rows have an id of their own (dead_id), so one is never
+//     dropped when the outbox's identity starts over.
 //
 // LISTEN/NOTIFY (a trigger on the table) wakes the relays at each commit;
 // they also poll, so a lost notification only delays.
@@ -47,6 +50,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -65,7 +69,7 @@ var Schema string
 
 // SchemaVersion is the version of Schema, recorded as the comment of the
 // coalesce_outbox table.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Channel is the LISTEN/NOTIFY channel the insert trigger notifies.
 const Channel = "coalesce_outbox"
@@ -175,6 +179,11 @@ func Check(ev debounce.Event) error {
 	}
 	if len(ev.Key) > debounce.MaxExplicitKeyLen || !utf8.ValidString(ev.Key) {
 		return &FieldError{Field: "key", Code: "invalid_event", Msg: fmt.Sprintf("key: must be 1-%d bytes of UTF-8", debounce.MaxExplicitKeyLen)}
+	}
+	if strings.IndexByte(ev.Key, 0) >= 0 {
+		// Postgres text cannot hold it: the INSERT would fail and abort the
+		// producer's transaction with a raw encoding error.
+		return &FieldError{Field: "key", Code: "invalid_event", Msg: "key: must not contain NUL bytes (a Postgres text column cannot store them)"}
 	}
 	if ev.TraceParent != "" && !debounce.ValidTraceParent(ev.TraceParent) {
 		return &FieldError{Field: "traceparent", Code: "invalid_traceparent", Msg: "traceparent: not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)"}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +34,9 @@ const (
 // an earlier row of their key) is followed by the next one.
 const heldBackDelay = 20 * time.Millisecond
 
-// Submitter decides events: a *debounce.Coalescer.
+// Submitter decides events: a *debounce.Coalescer. One that also has
+// Flush(ctx) error (a Coalescer does) is flushed before a pass deletes its
+// decided rows, so that no row goes before its decision is in Redis.
 type Submitter interface {
 	Submit(ctx context.Context, ev debounce.Event) (debounce.Decision, error)
 	// RoundKeyOf is the round key Submit would use: the relay keeps the
@@ -316,8 +320,7 @@ const deadSQL = `WITH e AS (
     RETURNING o.id, o.type, o.args, o.key, o.traceparent, o.created_at, e.code, e.field, e.msg
 )
 INSERT INTO coalesce_outbox_dead (id, type, args, key, traceparent, created_at, error_code, error_field, error)
-SELECT id, type, args, key, traceparent, created_at, code, NULLIF(field, ''), msg FROM d
-ON CONFLICT (id) DO NOTHING`
+SELECT id, type, args, key, traceparent, created_at, code, NULLIF(field, ''), msg FROM d`
 
 // item is a claimed row on its way through a pass.
 type item struct {
@@ -347,9 +350,9 @@ type groupKey struct {
 // and move the poison ones aside, commit.
 func (r *Relay) Once(ctx context.Context) (Pass, error) {
 	var p Pass
-	tx, err := r.cfg.Pool.Begin(ctx)
+	tx, err := r.begin(ctx)
 	if err != nil {
-		return p, fmt.Errorf("outbox: relay: begin: %w", err)
+		return p, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	items, err := r.claim(ctx, tx)
@@ -383,6 +386,7 @@ func (r *Relay) Once(ctx context.Context) (Pass, error) {
 		groups[i] = append(groups[i], it)
 	}
 	r.decide(ctx, groups, claimedAt)
+	r.flushDecided(ctx, items)
 
 	var done []int64
 	var dead struct {
@@ -448,6 +452,52 @@ func (r *Relay) Once(ctx context.Context) (Pass, error) {
 			"rows", p.Retried, "job_type", firstRetry.row.Event.Type, "id", firstRetry.row.ID, "err", firstRetry.retry)
 	}
 	return p, nil
+}
+
+// begin starts a pass's transaction, whatever the database's defaults:
+// READ COMMITTED (the claim's FOR UPDATE SKIP LOCKED and the read of other
+// relays' rows expect each statement to see what is committed; under
+// REPEATABLE READ or SERIALIZABLE a row another relay deleted meanwhile
+// fails the pass with a serialization error), and an idle-in-transaction
+// timeout of its own: the transaction idles while the rows are decided, and
+// a server idle_in_transaction_session_timeout shorter than that would end
+// every pass at its commit, the batch decided again and again, for ever.
+// Its own bound is the pass's worst: deciding, then flushing, then writing
+// down, each within PassTimeout.
+func (r *Relay) begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := r.cfg.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: relay: begin: %w", err)
+	}
+	idle := strconv.FormatInt((3*r.cfg.PassTimeout + 10*time.Second).Milliseconds(), 10)
+	if _, err := tx.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, idle); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("outbox: relay: begin: %w", err)
+	}
+	return tx, nil
+}
+
+// flushDecided makes sure the decisions of the pass's decided rows are in
+// Redis before the rows are deleted: a Coalescer answers some events
+// locally (debounce local joins), in memory until its next flush, and a
+// relay killed after its commit would lose those. When the flush fails,
+// the decided rows stay, to be submitted again (at least once).
+func (r *Relay) flushDecided(ctx context.Context, items []*item) {
+	f, ok := r.cfg.Coalescer.(interface{ Flush(context.Context) error })
+	if !ok || !slices.ContainsFunc(items, func(it *item) bool { return it.outcome == itemDone }) {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PassTimeout)
+	err := f.Flush(fctx)
+	cancel()
+	if err == nil {
+		return
+	}
+	for _, it := range items {
+		if it.outcome == itemDone {
+			it.outcome, it.retry = itemRetry, fmt.Errorf("%w: flushing its decision to Redis: %w", debounce.ErrStoreUnavailable, err)
+		}
+	}
 }
 
 // claim locks up to a batch of rows no other relay holds, oldest first.

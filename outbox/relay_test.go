@@ -81,6 +81,9 @@ func TestInsertRefusesBadEventsNamingTheField(t *testing.T) {
 		{"no args", debounce.Event{Type: "t"}, "args", "invalid_event"},
 		{"bad type", debounce.Event{Type: "no spaces", Args: []byte(`{}`)}, "type", "invalid_type"},
 		{"bad traceparent", debounce.Event{Type: "t", Args: []byte(`{}`), TraceParent: "nope"}, "traceparent", "invalid_traceparent"},
+		// Postgres text cannot hold NUL: on 47bb46e the INSERT failed with a
+		// raw encoding error, aborting the producer's transaction.
+		{"NUL in key", debounce.Event{Type: "t", Args: []byte(`{}`), Key: "tenant\x00-7"}, "key", "invalid_event"},
 	}
 	ctx := context.Background()
 	for _, c := range cases {
@@ -201,7 +204,7 @@ func TestPoisonRowMovedAside(t *testing.T) {
 	if len(got.items[1]) != 2 {
 		t.Errorf("tenant 1's jobs carried %v, want orders 1 and 6", sortedKeys(got.items[1]))
 	}
-	rows, err := e.pool.Query(ctx, `SELECT type, args, error_code, COALESCE(error_field, ''), error FROM coalesce_outbox_dead ORDER BY id`)
+	rows, err := e.pool.Query(ctx, `SELECT type, args, error_code, COALESCE(error_field, ''), error FROM coalesce_outbox_dead ORDER BY dead_id`)
 	if err != nil {
 		t.Fatal(err)
 	}

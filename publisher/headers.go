@@ -29,6 +29,10 @@ const (
 	HeaderStore       = "Coalesce-Store"       // identity of the Redis the round was reserved in; absent when unknown
 	HeaderStoreAddr   = "Coalesce-Store-Addr"  // that Redis as the producer reached it
 	HeaderExclusive   = "Coalesce-Exclusive"   // an exclusive key's lease, milliseconds; absent when not exclusive
+	// HeaderBypass identifies a bypassed job (no round): "_" and 16 hex
+	// digits, random per publish (debounce.Job.Bypass); absent for a round's
+	// job. The job's identity is then "<key>.<bypass>" (debounce.Job.ID).
+	HeaderBypass = "Coalesce-Bypass"
 )
 
 // EncodeHeaders returns the coalesce headers of job (not the NATS ones:
@@ -64,6 +68,9 @@ func EncodeHeaders(job debounce.Job) nats.Header {
 	}
 	if job.Lease > 0 {
 		h.Set(HeaderExclusive, strconv.FormatInt(job.Lease.Milliseconds(), 10))
+	}
+	if job.Token == 0 && job.Bypass != "" {
+		h.Set(HeaderBypass, job.Bypass)
 	}
 	return h
 }
@@ -106,6 +113,12 @@ func DecodeJob(h nats.Header, data []byte) (debounce.Job, error) {
 		if job.Token, err = debounce.ParseToken(r); err != nil || job.Token == 0 {
 			return debounce.Job{}, malformed(HeaderRound, r, "want 16 hex digits, not all zero")
 		}
+	}
+	if b := h.Get(HeaderBypass); b != "" {
+		if job.Token != 0 || !debounce.ValidBypass(b) {
+			return debounce.Job{}, malformed(HeaderBypass, b, "want _ and 16 lowercase hex digits, on a job without "+HeaderRound)
+		}
+		job.Bypass = b
 	}
 	job.Mode = debounce.Mode(h.Get(HeaderMode))
 	job.Payload = debounce.Payload(h.Get(HeaderPayload))

@@ -162,17 +162,23 @@ func (p *Publisher) ServerVersion() string { return p.version }
 // round's run subject when the job is immediate or already due (first
 // version), else a schedule on the round's schedule subject targeting the run
 // subject. Headers are
-// EncodeHeaders(job) plus Nats-Msg-Id (key, token and version; random for a
-// bypassed job) and, for a schedule, Nats-Schedule ("@at" RFC 3339 with
-// nanoseconds, UTC) and Nats-Schedule-Target.
+// EncodeHeaders(job) plus Nats-Msg-Id (key, token and version; a bypassed
+// job's Bypass, made here if it has none) and, for a schedule,
+// Nats-Schedule ("@at" RFC 3339 with nanoseconds, UTC) and
+// Nats-Schedule-Target.
 func (p *Publisher) Message(job debounce.Job, now time.Time) (*nats.Msg, error) {
+	if job.Token == 0 && job.Bypass == "" {
+		job.Bypass = debounce.NewBypass()
+	}
 	if err := validateJob(job); err != nil {
 		return nil, err
 	}
 	h := EncodeHeaders(job)
 	round := job.Token.String()
 	if job.Token == 0 {
-		round = bypassToken() // never deduplicated, never replaces another schedule
+		// Its own subject token and message id: never deduplicated, never
+		// replaces another schedule.
+		round = job.Bypass
 		h.Set(jetstream.MsgIDHeader, round)
 	} else {
 		// The key is part of the id: a token is unique per key only, and
@@ -246,6 +252,9 @@ func validateJob(job debounce.Job) error {
 	}
 	if job.Version < 0 {
 		return fmt.Errorf("%w: %s: version %d is negative", ErrInvalidJob, job.Type, job.Version)
+	}
+	if job.Bypass != "" && (job.Token != 0 || !debounce.ValidBypass(job.Bypass)) {
+		return fmt.Errorf("%w: %s: bypass %q: want _ and 16 lowercase hex digits, on a job without a token", ErrInvalidJob, job.Type, job.Bypass)
 	}
 	for name, v := range map[string]string{HeaderMode: string(job.Mode), HeaderPayload: string(job.Payload), HeaderTraceParent: job.TraceParent} {
 		if !headerSafe(v) || len(v) > 512 {

@@ -1,8 +1,6 @@
 package publisher
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -38,6 +36,15 @@ func (s Subjects) prefix() string {
 // fired) on.
 func (s Subjects) Run(jobType string, key debounce.RoundKey, token debounce.Token) string {
 	return s.run(jobType, key, token.String())
+}
+
+// RunOf returns the subject job is published on: its round's run subject,
+// or for a bypassed job the one its Bypass names (which must be set).
+func (s Subjects) RunOf(job debounce.Job) string {
+	if job.Token == 0 {
+		return s.run(job.Type, job.Key, job.Bypass)
+	}
+	return s.run(job.Type, job.Key, job.Token.String())
 }
 
 func (s Subjects) run(jobType string, key debounce.RoundKey, round string) string {
@@ -134,13 +141,4 @@ func validatePrefix(p string) error {
 		}
 	}
 	return nil
-}
-
-// bypassToken names the schedule subject of a job published without a
-// reservation: a one-off token outside the 16-hex-digit form, so it never
-// replaces, nor is replaced by, a real round's schedule.
-func bypassToken() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "_" + hex.EncodeToString(b[:])
 }

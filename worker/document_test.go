@@ -42,13 +42,18 @@ func TestDocumentContract(t *testing.T) {
 	if !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(want)) {
 		t.Errorf("the job document changed:\n%s\nwant (testdata/job_document.json):\n%s", got, want)
 	}
-	// A bypassed job (no round) has no round field; a job due now, no due_at.
-	bare, _ := json.Marshal((&worker.Job{Job: debounce.Job{Type: "t", Args: json.RawMessage(`{}`)}}).Document())
+	// A bypassed job (no round) has no round field, and an id of its own;
+	// a job due now, no due_at.
+	bypassed := &worker.Job{Job: debounce.Job{Type: "t", Key: debounce.RoundKey(fp), Args: json.RawMessage(`{}`), Bypass: "_0123456789abcdef"}}
+	bare, _ := json.Marshal(bypassed.Document())
 	var m map[string]any
 	_ = json.Unmarshal(bare, &m)
 	for _, absent := range []string{"round", "due_at", "traceparent", "mode", "payload"} {
 		if _, ok := m[absent]; ok {
 			t.Errorf("a bypassed job's document has %q: %s", absent, bare)
 		}
+	}
+	if want := debounce.RoundKey(fp).String() + "._0123456789abcdef"; m["id"] != want {
+		t.Errorf("a bypassed job's id %v, want %s", m["id"], want)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/coalesce-io/coalesce/internal/redact"
 )
 
 // Push delivers each job to an HTTP handler in any language: `coalesce work
@@ -39,8 +41,10 @@ import (
 //	Coalesce-Round-Key    the round key (64 hex digits)
 //	Coalesce-Attempt      1 for the first delivery that reached the handler
 //	Coalesce-Release      what closing the round said (released, retry, ...)
-//	Idempotency-Key       <round key>.<round token>: the same for every
-//	                      attempt of one job, another for the key's next job
+//	Idempotency-Key       the job's identity (debounce.Job.ID): <round
+//	                      key>.<round token>, or <round key>.<bypass> for a
+//	                      bypassed job; the same for every attempt of one job
+//	                      (and its replay), another for every other job
 //	traceparent           the producer's W3C trace context, when it sent one
 //	Authorization         Bearer <Token>, when Token is set
 //	Coalesce-Signature    t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>"
@@ -67,8 +71,9 @@ const pushErrorBody = 512
 func Push(cfg PushConfig) (Handler, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: push URL %q: want an absolute http:// or https:// URL", ErrInvalidConfig, cfg.URL)
+		return nil, fmt.Errorf("%w: push URL %q: want an absolute http:// or https:// URL", ErrInvalidConfig, redact.URL(cfg.URL))
 	}
+	where := redact.URL(cfg.URL) // what errors and logs name: no password, no secret query parameter
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultPushTimeout
 	}
@@ -95,7 +100,7 @@ func Push(cfg PushConfig) (Handler, error) {
 		resp, err := client.Do(req)
 		if err != nil {
 			result(job.Type, "error")
-			return fmt.Errorf("push to %s: %w", u.Redacted(), err)
+			return fmt.Errorf("push to %s: %w", where, redact.Error(err))
 		}
 		defer resp.Body.Close()
 		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, pushErrorBody))
@@ -111,18 +116,18 @@ func Push(cfg PushConfig) (Handler, error) {
 			result(job.Type, "5xx")
 		default:
 			result(job.Type, fmt.Sprintf("%dxx", code/100))
-			return Permanent(pushStatusError(u, resp, snippet))
+			return Permanent(pushStatusError(where, resp, snippet))
 		}
-		return pushStatusError(u, resp, snippet)
+		return pushStatusError(where, resp, snippet)
 	}, nil
 }
 
-func pushStatusError(u *url.URL, resp *http.Response, snippet []byte) error {
+func pushStatusError(where string, resp *http.Response, snippet []byte) error {
 	text := strings.TrimSpace(strings.ToValidUTF8(string(snippet), "?"))
 	if text == "" {
-		return fmt.Errorf("push to %s: %s", u.Redacted(), resp.Status)
+		return fmt.Errorf("push to %s: %s", where, resp.Status)
 	}
-	return fmt.Errorf("push to %s: %s: %s", u.Redacted(), resp.Status, text)
+	return fmt.Errorf("push to %s: %s: %s", where, resp.Status, text)
 }
 
 func setPushHeaders(h http.Header, job *Job, body []byte, cfg PushConfig, now time.Time) {
@@ -136,7 +141,7 @@ func setPushHeaders(h http.Header, job *Job, body []byte, cfg PushConfig, now ti
 	h.Set("Coalesce-Round-Key", job.Key.String())
 	h.Set("Coalesce-Attempt", strconv.Itoa(job.Attempt))
 	h.Set("Coalesce-Release", string(job.Release))
-	h.Set("Idempotency-Key", job.Key.String()+"."+round)
+	h.Set("Idempotency-Key", job.ID())
 	if job.TraceParent != "" {
 		h.Set("traceparent", job.TraceParent)
 	}

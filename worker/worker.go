@@ -7,7 +7,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,16 +66,15 @@ type Job struct {
 // ReleaseReplayed is the Release of a replayed dead letter.
 const ReleaseReplayed debounce.ReleaseResult = "replayed"
 
-// ReplayOf reads a job message's replay headers: the dead letter's
-// sequence ("" when it is no replay) and the summary it kept.
-func ReplayOf(h map[string][]string) (string, debounce.Summary) {
-	var sum debounce.Summary
-	hh := nats.Header(h)
-	seq := hh.Get(HeaderReplay)
-	if seq != "" {
-		_ = json.Unmarshal([]byte(hh.Get(HeaderSummary)), &sum)
+// ReplayOf reads a job message: its args (the body, or from a body that
+// also holds its summary: PackSummary) and, for a replayed dead letter, the
+// dead letter's sequence ("" when it is no replay) and the summary it kept.
+func ReplayOf(h map[string][]string, data []byte) (seq string, sum debounce.Summary, args []byte, err error) {
+	args, sum, _, err = UnpackSummary(h, data)
+	if seq = nats.Header(h).Get(HeaderReplay); seq == "" {
+		sum = debounce.Summary{}
 	}
-	return seq, sum
+	return seq, sum, args, err
 }
 
 // Handler runs one job. Return nil when done; an error to retry later (with
@@ -427,13 +425,18 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, h Handler) {
 	if md, err := msg.Metadata(); err == nil {
 		attempt = int(md.NumDelivered)
 	}
-	dj, err := publisher.DecodeJob(msg.Headers(), msg.Data())
+	replay, sum, args, err := ReplayOf(msg.Headers(), msg.Data())
 	if err != nil {
-		w.deadLetter(ctx, msg, "", fmt.Errorf("undecodable job: %w", err), debounce.Summary{}, attempt)
+		w.deadLetter(ctx, msg, &Job{Attempt: attempt}, fmt.Errorf("undecodable job: %w", err))
 		return
 	}
-	job := &Job{Job: dj, Attempt: attempt}
-	job.Replay, job.Summary = ReplayOf(msg.Headers())
+	dj, err := publisher.DecodeJob(msg.Headers(), args)
+	if err != nil {
+		w.deadLetter(ctx, msg, &Job{Attempt: attempt}, fmt.Errorf("undecodable job: %w", err))
+		return
+	}
+	fillBypass(&dj, msg)
+	job := &Job{Job: dj, Attempt: attempt, Replay: replay, Summary: sum}
 	result := w.run(ctx, msg, job, h)
 	if w.cfg.Hooks.Job != nil {
 		w.cfg.Hooks.Job(job.Type, result, job.Release, time.Since(start))
@@ -451,7 +454,7 @@ func (w *Worker) run(ctx context.Context, msg jetstream.Msg, job *Job, h Handler
 	if g != nil {
 		id := job.Token.String() + "@" + job.Key.String()
 		if job.Token == 0 {
-			id = msg.Headers().Get(jetstream.MsgIDHeader)
+			id = job.ID() // the bypassed job's own identity
 		}
 		var gr GuardResult
 		var err error
@@ -670,7 +673,7 @@ func (w *Worker) final(ctx context.Context, msg jetstream.Msg, job *Job, cause e
 	// after a failed dead-lettering would then be acked as done, the job
 	// neither run nor dead-lettered.
 	log.ErrorContext(ctx, "worker: job failed for the last time; dead-lettered", "err", cause)
-	if w.deadLetter(ctx, msg, job.Type, cause, job.Summary, job.Attempt) {
+	if w.deadLetter(ctx, msg, job, cause) {
 		w.finish(ctx, job, false, true, log)
 	}
 }
@@ -678,7 +681,7 @@ func (w *Worker) final(ctx context.Context, msg jetstream.Msg, job *Job, cause e
 // Headers of a dead letter.
 const (
 	HeaderError   = "Coalesce-Error"   // why it died
-	HeaderSummary = "Coalesce-Summary" // its round's summary as JSON, when it fits in 64 KiB
+	HeaderSummary = "Coalesce-Summary" // its round's summary as JSON, up to MaxSummaryHeader (else in the body: HeaderSummaryInBody)
 	// HeaderReplay marks a dead letter published again to run once more:
 	// the dead letter's stream sequence (coalesce dead replay).
 	HeaderReplay = "Coalesce-Replay"
@@ -688,7 +691,9 @@ const (
 
 // deadLetter copies the message to the dead-letter subject with the reason,
 // then terminates it. If the copy fails the message is left for redelivery.
-func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType string, cause error, sum debounce.Summary, attempts int) bool {
+// job is the decoded job (only its Attempt when it could not be decoded).
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, job *Job, cause error) bool {
+	jobType, sum, attempts := job.Type, job.Summary, job.Attempt
 	code := deadCode(jobType, cause, attempts, w.cfg.MaxDeliver)
 	if jobType == "" {
 		jobType = msg.Headers().Get(publisher.HeaderType)
@@ -710,17 +715,30 @@ func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, jobType stri
 	dead.Header.Set(HeaderError, strings.ReplaceAll(reason, "\n", " "))
 	dead.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
 	dead.Header.Set(HeaderErrorCode, code)
-	if sum.Events > 0 {
-		if b, err := json.Marshal(sum); err == nil && len(b) <= 64<<10 {
-			dead.Header.Set(HeaderSummary, string(b))
-		}
+	if job.Token == 0 && job.Bypass != "" {
+		// A bypassed job's identity, whatever its message carried: its
+		// replay runs as the same job (the same Idempotency-Key).
+		dead.Header.Set(publisher.HeaderBypass, job.Bypass)
 	}
 	if md, err := msg.Metadata(); err == nil {
 		dead.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("dead-%s-%d", md.Stream, md.Sequence.Stream))
 	}
-	dead.Data = msg.Data()
-	if _, err := w.cfg.JetStream.PublishMsg(ctx, dead); err != nil {
-		w.log.ErrorContext(ctx, "worker: dead-lettering failed; leaving the job for redelivery", "job_type", jobType, "err", err)
+	args := []byte(job.Args)
+	if job.Type == "" {
+		args = msg.Data() // undecodable: kept as it came
+	}
+	// The summary whatever its size (a large one in the body): Finish
+	// deletes the round's taken copy, so the dead letter is all a replay
+	// has. One it cannot keep is no dead letter: redelivered, the round
+	// unfinished.
+	body, err := PackSummary(dead.Header, args, sum)
+	if err == nil {
+		dead.Data = body
+		_, err = w.cfg.JetStream.PublishMsg(ctx, dead)
+	}
+	if err != nil {
+		w.log.ErrorContext(ctx, "worker: dead-lettering failed (the dead letter must keep the round's summary); leaving the job for redelivery, its round unfinished",
+			"job_type", jobType, "summary_events", sum.Events, "summary_items", len(sum.Items), "err", err)
 		_ = msg.NakWithDelay(w.backoff(w.cfg.MaxDeliver))
 		return false
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coalesce-io/coalesce/internal/config"
+	"github.com/coalesce-io/coalesce/internal/redact"
 )
 
 // DefaultServer is where the client commands find the daemon.
@@ -89,7 +90,7 @@ func (c *clientFlags) do(ctx context.Context, method, path, contentType string, 
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.server, "/")+path, bytes.NewReader(body))
 	if err != nil {
-		return nil, usagef("--server %q: %v", c.server, err)
+		return nil, usagef("--server %q: %v", redact.URL(c.server), err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", contentType)
@@ -99,7 +100,7 @@ func (c *clientFlags) do(ctx context.Context, method, path, contentType string, 
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the daemon at %s (is `coalesce serve` running? --server sets where): %v", c.server, err)
+		return nil, fmt.Errorf("cannot reach the daemon at %s (is `coalesce serve` running? --server sets where): %v", redact.URL(c.server), redact.Error(err))
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))

@@ -50,7 +50,7 @@ func runOutbox(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	pgURL := fs.String("postgres", "", "Postgres URL (postgres://user:password@host:5432/db)")
 	cfgFile := fs.String("config", "", "read outbox.postgres from this daemon configuration file")
 	limit := fs.Int("limit", 100, "dead: list at most this many")
-	id := fs.Int64("id", 0, "replay: the dead row's id")
+	id := fs.Int64("id", 0, "replay: the dead row's id (the \"id\" outbox dead lists; not its outbox_id)")
 	all := fs.Bool("all", false, "replay: every dead row")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -103,15 +103,16 @@ func runOutbox(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 		}
 		return enc.Encode(st)
 	case "dead":
-		rows, err := conn.Query(cctx, `SELECT id, type, args, COALESCE(key, ''), created_at, dead_at, error_code, COALESCE(error_field, ''), error
-			FROM coalesce_outbox_dead ORDER BY id LIMIT $1`, *limit)
+		rows, err := conn.Query(cctx, `SELECT dead_id, id, type, args, COALESCE(key, ''), created_at, dead_at, error_code, COALESCE(error_field, ''), error
+			FROM coalesce_outbox_dead ORDER BY dead_id LIMIT $1`, *limit)
 		if err != nil {
 			return fmt.Errorf("outbox dead: %w", err)
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var d struct {
-				ID        int64     `json:"id"`
+				ID        int64     `json:"id"`        // the dead row's own id: replay --id
+				OutboxID  int64     `json:"outbox_id"` // the outbox row's id it had
 				Type      string    `json:"type"`
 				Args      string    `json:"args"`
 				Key       string    `json:"key,omitempty"`
@@ -121,7 +122,7 @@ func runOutbox(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 				Field     string    `json:"field,omitempty"`
 				Error     string    `json:"error"`
 			}
-			if err := rows.Scan(&d.ID, &d.Type, &d.Args, &d.Key, &d.CreatedAt, &d.DeadAt, &d.Code, &d.Field, &d.Error); err != nil {
+			if err := rows.Scan(&d.ID, &d.OutboxID, &d.Type, &d.Args, &d.Key, &d.CreatedAt, &d.DeadAt, &d.Code, &d.Field, &d.Error); err != nil {
 				return fmt.Errorf("outbox dead: %w", err)
 			}
 			if err := enc.Encode(d); err != nil {
@@ -130,8 +131,8 @@ func runOutbox(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 		}
 		return rows.Err()
 	default: // replay
-		tag, err := conn.Exec(cctx, `WITH d AS (DELETE FROM coalesce_outbox_dead WHERE $1 OR id = $2 RETURNING *)
-			INSERT INTO coalesce_outbox (type, args, key, traceparent) SELECT type, args, key, traceparent FROM d ORDER BY id`, *all, *id)
+		tag, err := conn.Exec(cctx, `WITH d AS (DELETE FROM coalesce_outbox_dead WHERE $1 OR dead_id = $2 RETURNING *)
+			INSERT INTO coalesce_outbox (type, args, key, traceparent) SELECT type, args, key, traceparent FROM d ORDER BY dead_id`, *all, *id)
 		if err != nil {
 			return fmt.Errorf("outbox replay: %w", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/coalesce-io/coalesce/internal/pgtest"
+	"github.com/coalesce-io/coalesce/outbox"
 	"github.com/coalesce-io/coalesce/worker"
 )
 
@@ -70,7 +72,7 @@ func TestOutboxCommandsAndServeRelay(t *testing.T) {
 		t.Errorf("serve before migrate: %v, %s", err, out)
 	}
 	for range 2 {
-		if code, out, stderr := runBin(t, "", "outbox", "migrate", "--postgres", db); code != 0 || !strings.Contains(out, "schema 1") {
+		if code, out, stderr := runBin(t, "", "outbox", "migrate", "--postgres", db); code != 0 || !strings.Contains(out, fmt.Sprintf("schema %d", outbox.SchemaVersion)) {
 			t.Fatalf("outbox migrate: exit %d %q %q", code, out, stderr)
 		}
 	}
@@ -128,7 +130,7 @@ func TestOutboxCommandsAndServeRelay(t *testing.T) {
 	}
 	code, out, stderr := runBin(t, "", "outbox", "status", "--postgres", db)
 	var st outboxStatusLine
-	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Schema != 1 || st.Backlog != 0 || st.Dead != 1 {
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Schema != outbox.SchemaVersion || st.Backlog != 0 || st.Dead != 1 {
 		t.Errorf("outbox status: exit %d %q %q", code, out, stderr)
 	}
 	if code, out, _ := runBin(t, "", "outbox", "dead", "--postgres", db); code != 0 || !strings.Contains(out, `"code":"unsafe_integer"`) || !strings.Contains(out, `"field":"args.tenant_id"`) {

@@ -75,7 +75,7 @@ func TestPushToAPythonHandler(t *testing.T) {
 	}
 	metricsAddr := freeAddr(t)
 	wcmd := exec.Command(binary(t), "work", "--config", cfgPath, "--redis", "redis://"+redisAddr+"/0", "--nats", "nats://"+natsAddr,
-		"--metrics", metricsAddr, "--type", "digest", "--post", "http://127.0.0.1:"+port+"/jobs", "--ack-wait", "1500ms", "--max-deliver", "3")
+		"--metrics", metricsAddr, "--type", "digest", "--post", "http://127.0.0.1:"+port+"/jobs?token=q-s3cret-q", "--ack-wait", "1500ms", "--max-deliver", "3")
 	wcmd.Env = append(os.Environ(), "COALESCE_POST_TOKEN=tok-123", "COALESCE_POST_SECRET=s3cret")
 	work := startCmd(t, wcmd)
 
@@ -201,6 +201,11 @@ func TestPushToAPythonHandler(t *testing.T) {
 	}
 	work.stop(t)
 	serve.stop(t)
+	// The URL's token (a query parameter) is in no log line, those of the
+	// handler's 500s included. On 47bb46e "working" showed the URL whole.
+	if out := work.out.String(); strings.Contains(out, "q-s3cret-q") {
+		t.Errorf("work logged the --post URL's token:\n%s", out)
+	}
 }
 
 // TestWorkPostRefusals: --post takes an absolute http(s) URL, and not with
@@ -215,6 +220,54 @@ func TestWorkPostRefusals(t *testing.T) {
 		code, _, stderr := runBin(t, "", append([]string{"work", "--type", "t"}, strings.Fields(args)...)...)
 		if code != 2 || !strings.Contains(stderr, msg) {
 			t.Errorf("work %s: exit %d, stderr %q; want 2 and %q", args, code, stderr, msg)
+		}
+	}
+}
+
+// TestPythonHandlerChecksTheTokenInConstantTime: the reference Python
+// handler, which users copy, compares the bearer token with
+// hmac.compare_digest (on 47bb46e with !=, whose timing leaks how much of a
+// guess is right), and still refuses a wrong token and takes the right one.
+func TestPythonHandlerChecksTheTokenInConstantTime(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("testdata/push_handler.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(src), "\n") {
+		if strings.Contains(line, `"Authorization"`) && (strings.Contains(line, "!=") || strings.Contains(line, "==")) {
+			t.Errorf("push_handler.py compares the token with an operator: %s", strings.TrimSpace(line))
+		}
+	}
+	if !strings.Contains(string(src), `hmac.compare_digest(
+                self.headers.get("Authorization"`) {
+		t.Error("push_handler.py does not compare the Authorization header with hmac.compare_digest")
+	}
+	py := python3(t)
+	cmd := exec.Command(py, "testdata/push_handler.py", filepath.Join(t.TempDir(), "log.ndjson"))
+	cmd.Env = append(os.Environ(), "PUSH_TOKEN=tok-123")
+	h := startCmd(t, cmd)
+	port := ""
+	for deadline := time.Now().Add(10 * time.Second); port == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if f := strings.Fields(h.out.String()); len(f) >= 2 && f[0] == "listening" {
+			port = f[1]
+		}
+	}
+	if port == "" {
+		t.Fatalf("the handler did not start: %s", h.out.String())
+	}
+	for token, want := range map[string]int{"Bearer tok-123": 200, "Bearer tok-124": 401, "": 401, "Bearer tok-1234": 401} {
+		req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:"+port+"/jobs", strings.NewReader(`{"args":{}}`))
+		if token != "" {
+			req.Header.Set("Authorization", token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d, want %d", token, resp.StatusCode, want)
 		}
 	}
 }

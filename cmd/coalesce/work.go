@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/coalesce-io/coalesce/internal/daemon"
+	"github.com/coalesce-io/coalesce/internal/redact"
 	"github.com/coalesce-io/coalesce/internal/telemetry"
 	"github.com/coalesce-io/coalesce/worker"
 )
@@ -57,7 +58,8 @@ Environment for CMD: COALESCE_JOB_TYPE, COALESCE_ROUND_KEY, COALESCE_ATTEMPT.
 With --post, a 2xx answer acknowledges; 408, 429, 5xx, no answer or a timeout
 (--post-timeout) retries with backoff; any other status dead-letters at once.
 Headers: Coalesce-Job-Type, Coalesce-Round, Coalesce-Round-Key,
-Coalesce-Attempt, Coalesce-Release, Idempotency-Key, traceparent; with
+Coalesce-Attempt, Coalesce-Release, Idempotency-Key (the job's id: the same
+for every delivery of one job, another for every other job), traceparent; with
 COALESCE_POST_TOKEN set, Authorization: Bearer <it>; with COALESCE_POST_SECRET,
 Coalesce-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">.
 
@@ -113,7 +115,7 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		return err
 	}
 	if from := localDaemonServers(cfg); from != "" {
-		log.Info("no servers configured: using the local coalesce serve's embedded servers", "from", from, "redis", cfg.Redis.URL, "nats", cfg.NATS.URLs[0])
+		log.Info("no servers configured: using the local coalesce serve's embedded servers", "from", from, "redis", redact.URL(cfg.Redis.URL), "nats", redact.URL(cfg.NATS.URLs[0]))
 	}
 	m := daemon.NewMetrics(append(cfg.Types(), types...)...)
 	onPush = m.OnPush
@@ -164,7 +166,7 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		log.Info("metrics", "addr", ln.Addr().String())
 	}
 	if *postURL != "" {
-		log.Info("working", "types", types.String(), "post", *postURL)
+		log.Info("working", "types", types.String(), "post", redact.URL(*postURL))
 	} else {
 		log.Info("working", "types", types.String(), "exec", *execCmd)
 	}

@@ -6,8 +6,12 @@
 --
 -- KEYS[i] -> the i-th round key (or throttle window key), for i up to #KEYS-1
 -- KEYS[#KEYS] -> this flush's marker (the first round's hash tag): it keeps
---            the reply for 30 s (the next flush deletes it), so that a flush sent again because its
---            reply was lost gets the same reply and applies nothing twice
+--            the reply until a minute after the last of the rounds it
+--            applied to expires (a minute when it applied to none), so
+--            that a flush sent again because its reply was lost gets the
+--            same reply and applies nothing twice, however late it is sent
+--            again: no round can take it after its expiry. The next flush
+--            deletes it.
 -- ARGV: four per key, those of KEYS[i] at 4i-3 to 4i: the round's expiry
 --       (unix ms), its random bits, the events to add, and the latest of
 --       them in ms after the round's base (its expiry minus its lifetime)
@@ -36,7 +40,9 @@ local marker = KEYS[#KEYS]
 local done = redis.call('GET', marker)
 if done then return cjson.decode(done) end
 
+local MARKER_MARGIN = 60000 -- ms the marker outlives the last round it applied to
 local out = {}
+local last_expiry = 0
 for i = 1, #KEYS - 1 do
   local key = KEYS[i]
   local j = 4 * i - 3
@@ -54,7 +60,12 @@ for i = 1, #KEYS - 1 do
     if s > old then delta = delta + (s - old) end
     if delta ~= 0 then redis.call('INCRBY', key, delta) end
     out[i] = count + add
+    if expiry > last_expiry then last_expiry = expiry end
   end
 end
-redis.call('SET', marker, cjson.encode(out), 'PX', 30000)
+if last_expiry > 0 then
+  redis.call('SET', marker, cjson.encode(out), 'PXAT', last_expiry + MARKER_MARGIN)
+else
+  redis.call('SET', marker, cjson.encode(out), 'PX', MARKER_MARGIN)
+end
 return out

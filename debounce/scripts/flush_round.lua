@@ -7,8 +7,12 @@
 --
 -- KEYS[i] -> the i-th round key (hash), for i up to #KEYS-1
 -- KEYS[#KEYS] -> this flush's marker (the first round's hash tag): it keeps
---            the reply for 30 s (the next flush deletes it), so that a flush sent again because its
---            reply was lost gets the same reply and applies nothing twice
+--            the reply until a minute after the last of the rounds it
+--            applied to expires (a minute when it applied to none), so
+--            that a flush sent again because its reply was lost gets the
+--            same reply and applies nothing twice, however late it is sent
+--            again: no round can take it after its expiry. The next flush
+--            deletes it.
 -- ARGV: five per key, those of KEYS[i] at 5i-4 to 5i: the round's token
 --       (decimal), the events to add, the latest of them (unix ms), the
 --       extend window in ms ("0": not extending), the max wait in ms
@@ -22,7 +26,9 @@ local marker = KEYS[#KEYS]
 local done = redis.call('GET', marker)
 if done then return cjson.decode(done) end
 
+local MARKER_MARGIN = 60000 -- ms the marker outlives the last round it applied to
 local out = {}
+local last_expiry = 0
 for i = 1, #KEYS - 1 do
   local key = KEYS[i]
   local j = 5 * i - 4
@@ -43,7 +49,13 @@ for i = 1, #KEYS - 1 do
       end
     end
     out[2 * i - 1], out[2 * i] = count, d
+    local expiry = redis.call('PEXPIRETIME', key)
+    if expiry > last_expiry then last_expiry = expiry end
   end
 end
-redis.call('SET', marker, cjson.encode(out), 'PX', 30000)
+if last_expiry > 0 then
+  redis.call('SET', marker, cjson.encode(out), 'PXAT', last_expiry + MARKER_MARGIN)
+else
+  redis.call('SET', marker, cjson.encode(out), 'PX', MARKER_MARGIN)
+end
 return out

@@ -81,15 +81,24 @@ if KEYS[2] then
   local wraw = redis.call('GET', KEYS[2])
   local window = tonumber(window_ms)
   if not wraw then
-    redis.call('SET', KEYS[2], window_value, 'PX', window_ms)
-    return {LEADING, tonumber(window_value), redis.call('PEXPIRETIME', KEYS[2])}
+    -- A window whose trailing round is still pending stays closed until
+    -- that round's job starts (its take opens the next window): its key
+    -- expired at the round's due time, but the job starts later (NATS
+    -- fires a schedule up to ~0.5 s late, workers may be busy or away).
+    -- The event joins the trailing round below; it never runs a leading
+    -- job just before the trailing one.
+    if not (trailing and redis.call('EXISTS', KEYS[1]) == 1) then
+      redis.call('SET', KEYS[2], window_value, 'PX', window_ms)
+      return {LEADING, tonumber(window_value), redis.call('PEXPIRETIME', KEYS[2])}
+    end
+  else
+    local wexp = redis.call('PEXPIRETIME', KEYS[2])
+    if not trailing then
+      return {THROTTLED, join(KEYS[2], wraw, wexp, window), wexp}
+    end
+    join(KEYS[2], wraw, wexp, window)
+    expiry = wexp + tonumber(trailing_ms)
   end
-  local wexp = redis.call('PEXPIRETIME', KEYS[2])
-  if not trailing then
-    return {THROTTLED, join(KEYS[2], wraw, wexp, window), wexp}
-  end
-  join(KEYS[2], wraw, wexp, window)
-  expiry = wexp + tonumber(trailing_ms)
 end
 
 local raw = redis.call('GET', KEYS[1])

@@ -49,10 +49,13 @@ local payload, data, max_items = ARGV[7], ARGV[8], tonumber(ARGV[9])
 local id_key, id_fingerprint, id_args = ARGV[10], ARGV[11], ARGV[12]
 local window_value, window_ms, trailing_ms = ARGV[13], ARGV[14], ARGV[15]
 
-if KEYS[2] then
-  if redis.call('SET', KEYS[2], window_value, 'NX', 'PX', window_ms) then
-    return {LEADING, tonumber(window_value), redis.call('PEXPIRETIME', KEYS[2])}
-  end
+-- A window whose trailing round (KEYS[1]) is still pending stays closed
+-- until that round's job starts (open_packed.lua): the event joins it.
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', key) == 0 then
+  redis.call('SET', KEYS[2], window_value, 'PX', window_ms)
+  return {LEADING, tonumber(window_value), redis.call('PEXPIRETIME', KEYS[2])}
+end
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
   -- Count the event in the window value (see open_packed.lua's join): the
   -- count and the latest event's time after the window's start, encoded as
   -- open_packed.lua's seen.

@@ -74,7 +74,10 @@ async function work(nc, js, m) {
     case "dead": {
       // Dead-letter first, then finish: finished first, a failed publish
       // would leave the job neither run nor dead-lettered.
-      await js.publish(start.dead_letter_subject, m.data, { headers: forward(m, start.dead_letter_headers) });
+      // dead_letter_body, when given, holds the args and a summary too
+      // large for a header: the dead letter's body instead of the job's.
+      const body = start.dead_letter_body ? new TextEncoder().encode(JSON.stringify(start.dead_letter_body)) : m.data;
+      await js.publish(start.dead_letter_subject, body, { headers: forward(m, start.dead_letter_headers) });
       await ask(nc, "finish", m, { "Coalesce-Result": "dead" });
       m.term();
       return;
@@ -100,14 +103,20 @@ async function work(nc, js, m) {
   const maxDeliver = 5;
   if (result === "failed" && job.attempt >= maxDeliver) {
     result = "dead";
-    // The dead letter before finishing, with what a replay needs.
-    await js.publish(`${prefix}.dead.${job.type}`, m.data, {
-      headers: forward(m, {
-        "Coalesce-Error": "failed for the last time",
-        "Coalesce-Attempts": String(job.attempt),
-        "Coalesce-Summary": JSON.stringify(job.summary),
-      }),
-    });
+    // The dead letter before finishing, with what a replay needs: the
+    // whole summary, in a header up to 32 KiB, else in the body with the args.
+    const summary = JSON.stringify(job.summary);
+    const extra = { "Coalesce-Error": "failed for the last time", "Coalesce-Attempts": String(job.attempt) };
+    let body = m.data;
+    if (summary.length <= 32 << 10) {
+      extra["Coalesce-Summary"] = summary;
+    } else {
+      extra["Coalesce-Summary-In-Body"] = "1";
+      body = new TextEncoder().encode(`{"args":${JSON.stringify(job.args)},"summary":${summary}}`);
+    }
+    const h = forward(m, extra);
+    if (body !== m.data) h.delete("Coalesce-Summary");
+    await js.publish(`${prefix}.dead.${job.type}`, body, { headers: h });
   }
   try {
     await ask(nc, "finish", m, { "Coalesce-Result": result, ...lease });

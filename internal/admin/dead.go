@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/fingerprint"
 	"github.com/coalesce-io/coalesce/publisher"
 	"github.com/coalesce-io/coalesce/worker"
 )
@@ -44,6 +47,28 @@ type DeadLetter struct {
 // ErrNoDeadLetter: no dead letter at that sequence (of that type).
 var ErrNoDeadLetter = errors.New("no such dead letter")
 
+// ErrInvalidType: a job type filter that is no job type (a NATS wildcard,
+// say: "*" or ">" would reach every type's dead letters).
+var ErrInvalidType = errors.New("invalid job type")
+
+// CheckType says what is wrong with a dead letters' type filter: a job type
+// (fingerprint's form, and a NATS subject token: no "..", no trailing "."),
+// optionally "_ingest." before it (the durable intake's dead letters).
+func CheckType(jobType string) error {
+	t := strings.TrimPrefix(jobType, "_ingest.")
+	if err := fingerprint.ValidateType(t); err != nil {
+		return fmt.Errorf("%w %q: %w", ErrInvalidType, jobType, err)
+	}
+	if strings.Contains(t, "..") || strings.HasSuffix(t, ".") {
+		return fmt.Errorf("%w %q: an empty subject token (\"..\" or a trailing \".\")", ErrInvalidType, jobType)
+	}
+	return nil
+}
+
+// ErrUnreplayable: the dead letter cannot be replayed as it is (a job
+// message coalesce cannot decode); its headers say why.
+var ErrUnreplayable = errors.New("dead letter cannot be replayed")
+
 // Dead reads and acts on the dead letters of one stream.
 type Dead struct {
 	JS       jetstream.JetStream
@@ -56,6 +81,7 @@ func (d Dead) stream(ctx context.Context) (jetstream.Stream, error) {
 }
 
 // filter is the subject of jobType's dead letters; "" is every type's.
+// jobType has passed CheckType.
 func (d Dead) filter(jobType string) string {
 	if jobType == "" {
 		return d.deadPrefix() + ">"
@@ -69,6 +95,11 @@ func (d Dead) deadPrefix() string { return d.Subjects.Dead("") }
 // List returns up to limit dead letters of jobType ("" for all), oldest
 // first, optionally only those of round.
 func (d Dead) List(ctx context.Context, jobType, round string, limit int) ([]DeadLetter, error) {
+	if jobType != "" {
+		if err := CheckType(jobType); err != nil {
+			return nil, err
+		}
+	}
 	s, err := d.stream(ctx)
 	if err != nil {
 		return nil, err
@@ -128,16 +159,14 @@ func (d Dead) letter(m *jetstream.RawStreamMsg, full bool) DeadLetter {
 	if dl.Attempts == 0 {
 		dl.Attempts, _ = strconv.Atoi(h.Get("Coalesce-Deliveries")) // an intake dead letter
 	}
-	if raw := h.Get(worker.HeaderSummary); raw != "" {
-		var sum debounce.Summary
-		if json.Unmarshal([]byte(raw), &sum) == nil {
-			dl.Summary = &sum
-		}
+	args, sum, found, err := worker.UnpackSummary(h, m.Data)
+	if found && err == nil {
+		dl.Summary = &sum
 	}
 	if full {
-		dl.Args = json.RawMessage(m.Data)
-		if !json.Valid(m.Data) {
-			dl.Args, _ = json.Marshal(string(m.Data))
+		dl.Args = json.RawMessage(args)
+		if !json.Valid(args) {
+			dl.Args, _ = json.Marshal(string(args))
 		}
 		dl.Headers = map[string]string{}
 		for k, v := range h {
@@ -175,11 +204,27 @@ func (d Dead) Replay(ctx context.Context, seq uint64) (string, error) {
 			out.Header.Del(k)
 		}
 	} else {
-		dj, err := publisher.DecodeJob(m.Header, m.Data)
+		args, _, _, err := worker.UnpackSummary(m.Header, m.Data)
 		if err != nil {
-			return "", fmt.Errorf("dead letter %d: %w", seq, err)
+			return "", fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
 		}
-		out.Subject = d.Subjects.Run(dj.Type, dj.Key, dj.Token)
+		dj, err := publisher.DecodeJob(m.Header, args)
+		if err != nil {
+			return "", fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
+		}
+		// The summary it kept goes with the replay, in a header or (too
+		// large for one) in the body with the args.
+		if out.Data, err = worker.RepackSummary(out.Header, m.Data); err != nil {
+			return "", fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
+		}
+		if dj.Token == 0 && dj.Bypass == "" {
+			// A bypassed job dead-lettered before its identity travelled
+			// with it: one of its own, stable for this dead letter.
+			sum := sha256.Sum256([]byte(d.Stream + "\ndead\n" + strconv.FormatUint(seq, 10)))
+			dj.Bypass = "_" + hex.EncodeToString(sum[:8])
+			out.Header.Set(publisher.HeaderBypass, dj.Bypass)
+		}
+		out.Subject = d.Subjects.RunOf(dj)
 		out.Header.Set(worker.HeaderReplay, strconv.FormatUint(seq, 10))
 	}
 	if _, err := d.JS.PublishMsg(ctx, out); err != nil {
@@ -210,6 +255,9 @@ func (d Dead) Purge(ctx context.Context, jobType, round string, seq uint64) (int
 	}
 	if jobType == "" {
 		return 0, errors.New("purge needs a type (or a sequence)")
+	}
+	if err := CheckType(jobType); err != nil {
+		return 0, err // never a wildcard: "*" or ">" would purge every type's
 	}
 	if round == "" {
 		before, err := d.count(ctx, s, jobType)

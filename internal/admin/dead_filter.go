@@ -49,6 +49,11 @@ func (d Dead) Match(ctx context.Context, f DeadFilter, limit int) (letters []Dea
 
 // scan reads every dead letter of jobType ("" for all), oldest first.
 func (d Dead) scan(ctx context.Context, jobType string, each func(DeadLetter) error) error {
+	if jobType != "" {
+		if err := CheckType(jobType); err != nil {
+			return err // never a wildcard: "*" or ">" would reach every type's
+		}
+	}
 	s, err := d.stream(ctx)
 	if err != nil {
 		return err

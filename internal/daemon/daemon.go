@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/internal/config"
 	"github.com/coalesce-io/coalesce/internal/devservers"
+	"github.com/coalesce-io/coalesce/internal/redact"
 	"github.com/coalesce-io/coalesce/internal/telemetry"
 	"github.com/coalesce-io/coalesce/publisher"
 )
@@ -258,13 +258,13 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		switch {
 		case cfg.EmbeddedRedis() && cfg.EmbeddedNATS():
 			log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis), both kept in the data folder: schedules in the NATS store, reservations in a snapshot written every second and at a graceful stop (a SIGKILL loses the reservations changed since the last snapshot, about a second's worth)",
-				"nats", dev.NATSURL, "redis", dev.RedisURL, "data_dir", cfg.Embedded.DataDir)
+				"nats", redact.URL(dev.NATSURL), "redis", redact.URL(dev.RedisURL), "data_dir", cfg.Embedded.DataDir)
 		case cfg.EmbeddedNATS():
 			log.Warn("development mode: Redis is configured but NATS is not, so coalesce runs an in-process NATS JetStream beside your Redis, its store in the data folder",
-				"nats", dev.NATSURL, "redis", redactURL(redisURL), "data_dir", cfg.Embedded.DataDir)
+				"nats", redact.URL(dev.NATSURL), "redis", redact.URL(redisURL), "data_dir", cfg.Embedded.DataDir)
 		default:
 			log.Warn("development mode: NATS is configured but Redis is not, so coalesce runs an in-process Redis (miniredis) beside your NATS, kept in a snapshot in the data folder (a SIGKILL loses about a second of reservations)",
-				"redis", dev.RedisURL, "nats", natsURLs[0], "data_dir", cfg.Embedded.DataDir)
+				"redis", redact.URL(dev.RedisURL), "nats", redact.URL(natsURLs[0]), "data_dir", cfg.Embedded.DataDir)
 		}
 		log.Warn("for production point coalesce at real servers: --redis redis://host:6379/0 --nats nats://host:4222 (NATS 2.12 or later, Redis 7 with maxmemory-policy noeviction), or redis/nats in the config file")
 	}
@@ -314,7 +314,7 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	opts := cfg.NATSOptions()
 	opts = append(opts, nats.Timeout(5*time.Second))
 	if c.NATS, err = nats.Connect(joinURLs(natsURLs), opts...); err != nil {
-		return fail(fmt.Errorf("nats: %s: %w (check the address, credentials and TLS settings)", joinURLs(natsURLs), err))
+		return fail(fmt.Errorf("nats: %s: %w (check the address, credentials and TLS settings)", redact.URLs(natsURLs), redact.Error(err)))
 	}
 	if c.JetStream, err = jetstream.New(c.NATS); err != nil {
 		return fail(fmt.Errorf("nats: %w", err))
@@ -589,13 +589,4 @@ func ReadServersFile(dir string) (ServersFile, error) {
 		return f, fmt.Errorf("%s: not a servers file", filepath.Join(dir, ServersFileName))
 	}
 	return f, nil
-}
-
-// redactURL hides a URL's password, for logs.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }

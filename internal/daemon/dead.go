@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/coalesce-io/coalesce/internal/admin"
@@ -20,7 +21,10 @@ func (a *API) deadRoutes(route func(pattern, name string, methods []string, h fu
 	d := a.cfg.Dead
 	route("/v1/dead", "dead", []string{http.MethodGet, http.MethodDelete}, func(w http.ResponseWriter, r *http.Request) *apiError {
 		q := r.URL.Query()
-		f := admin.DeadFilter{Type: q.Get("type"), Round: q.Get("round"), Code: q.Get("code")}
+		f, e := deadFilter(q)
+		if e != nil {
+			return e
+		}
 		if r.Method == http.MethodDelete {
 			if f.Type == "" {
 				return errf(http.StatusBadRequest, "invalid_request", "type", "purging dead letters needs ?type= (and optionally &round=, &code=), or DELETE /v1/dead/{seq}")
@@ -52,8 +56,10 @@ func (a *API) deadRoutes(route func(pattern, name string, methods []string, h fu
 		return nil
 	}, true)
 	route("/v1/dead:replay", "dead_replay_all", []string{http.MethodPost}, func(w http.ResponseWriter, r *http.Request) *apiError {
-		q := r.URL.Query()
-		f := admin.DeadFilter{Type: q.Get("type"), Round: q.Get("round"), Code: q.Get("code")}
+		f, e := deadFilter(r.URL.Query())
+		if e != nil {
+			return e
+		}
 		n, err := d.ReplayMatching(r.Context(), f)
 		a.countDead("replayed", n)
 		if err != nil {
@@ -88,6 +94,9 @@ func (a *API) deadRoutes(route func(pattern, name string, methods []string, h fu
 		if errors.Is(err, admin.ErrNoDeadLetter) {
 			return errf(http.StatusNotFound, "not_found", "seq", "%v", err)
 		}
+		if errors.Is(err, admin.ErrUnreplayable) {
+			return errf(http.StatusUnprocessableEntity, "unreplayable", "seq", "%v", err)
+		}
 		if err != nil {
 			return errf(http.StatusServiceUnavailable, "stream_unavailable", "", "%v", err)
 		}
@@ -96,6 +105,18 @@ func (a *API) deadRoutes(route func(pattern, name string, methods []string, h fu
 	}
 	route("/v1/dead/{seq}", "dead_one", []string{http.MethodGet, http.MethodDelete}, one, true)
 	route("/v1/dead/{seq}/replay", "dead_replay", []string{http.MethodPost}, one, true)
+}
+
+// deadFilter reads a dead-letter filter from a query: its type must be a
+// job type (a wildcard would reach every type's letters).
+func deadFilter(q url.Values) (admin.DeadFilter, *apiError) {
+	f := admin.DeadFilter{Type: q.Get("type"), Round: q.Get("round"), Code: q.Get("code")}
+	if f.Type != "" {
+		if err := admin.CheckType(f.Type); err != nil {
+			return f, errf(http.StatusBadRequest, "invalid_request", "type", "%v", err)
+		}
+	}
+	return f, nil
 }
 
 func (a *API) countDead(action string, n int) {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -361,10 +362,24 @@ func (in *Ingest) onStored(msg jetstream.Msg, parked bool) {
 		in.refuse(ctx, msg, ev, "invalid_parked", err.Error())
 		return
 	}
-	if (ev.n > 1 || ev.parked) && in.decided(ctx, ev.mark) {
-		in.count("stream", "redelivered")
-		in.ack(ctx, msg, ev.mark)
-		return
+	if ev.n > 1 || ev.parked {
+		// A copy of it may be decided now (a parked copy and a redelivery
+		// of the original, whose ack was lost, arriving together), or was:
+		// claim it, atomically, before deciding.
+		claim, state := in.claim(ctx, ev.mark)
+		switch state {
+		case claimDecided:
+			in.count("stream", "redelivered")
+			in.ack(ctx, msg, ev.mark)
+			return
+		case claimBusy:
+			in.count("stream", "retry")
+			_ = msg.NakWithDelay(ingestClaimBusyDelay)
+			return
+		}
+		if claim != "" {
+			defer in.unclaim(ctx, ev.mark, claim) // unless decided: then the mark replaced it
+		}
 	}
 	reply, ok := in.decide(ctx, ev.subject, in.typeFromSubject(ev.subject, "ingest"), msg.Data(), msg.Headers().Get("traceparent"))
 	if ok {
@@ -462,15 +477,68 @@ func (in *Ingest) storedEvent(msg jetstream.Msg, parked bool) (storedEvent, erro
 	return ev, nil
 }
 
-// decided reports whether a redelivered event was decided before. When
-// Redis cannot tell, it was not: a second decision is better than none.
-func (in *Ingest) decided(ctx context.Context, mark string) bool {
+// What claiming a stored event's decision found.
+const (
+	claimMine    = iota // claimed: decide it (or Redis cannot tell: decide it too)
+	claimDecided        // decided before: ack it
+	claimBusy           // another copy is being decided now: come back later
+)
+
+// ingestClaimTTL outlives a decision (ingestDecideTimeout): a decider that
+// died leaves its claim for this long at most. ingestClaimBusyDelay is how
+// soon a copy that found the claim taken comes back.
+const (
+	ingestClaimTTL       = ingestDecideTimeout + 5*time.Second
+	ingestClaimBusyDelay = 2 * time.Second
+)
+
+// claim takes the decision of a stored event that may be decided elsewhere
+// at the same moment: SET mark NX, atomic where a check then a decision was
+// not (both copies found no mark and both were decided). It returns the
+// claim's value (to give it up with unclaim) when it took it. When Redis
+// cannot tell, the event is decided: a second decision is better than none.
+func (in *Ingest) claim(ctx context.Context, mark string) (string, int) {
 	if mark == "" {
-		return false
+		return "", claimMine
 	}
-	n, err := in.cfg.Redis.Exists(ctx, mark).Result()
-	return err == nil && n == 1
+	claim := fmt.Sprintf("%s%016x", ingestClaimPrefix, rand.Uint64())
+	ok, err := in.cfg.Redis.SetNX(ctx, mark, claim, ingestClaimTTL).Result()
+	switch {
+	case err != nil:
+		return "", claimMine
+	case ok:
+		return claim, claimMine
+	}
+	v, err := in.cfg.Redis.Get(ctx, mark).Result()
+	switch {
+	case err != nil:
+		return "", claimMine // gone meanwhile (a decider gave it up), or Redis cannot tell
+	case strings.HasPrefix(v, ingestClaimPrefix):
+		return "", claimBusy
+	}
+	return "", claimDecided
 }
+
+// ingestClaimPrefix starts a claim's value; a decided mark is "1".
+const ingestClaimPrefix = "claim:"
+
+// unclaim gives up a claim whose event was not decided (it waits, parked,
+// or went to the dead letters), so that its next copy is decided at once;
+// a mark that is no longer the claim (decided: "1") is left alone.
+func (in *Ingest) unclaim(ctx context.Context, mark, claim string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := unclaimScript.Run(ctx, in.cfg.Redis, []string{mark}, claim).Err(); err != nil {
+		in.log.Debug("ingest: could not give up a claim; it expires on its own", "key", mark, "err", err)
+	}
+}
+
+// unclaimScript is scripts/unclaim.lua: a compare-and-delete, which GET
+// then DEL is not.
+var unclaimScript = redis.NewScript(unclaimLua)
+
+//go:embed scripts/unclaim.lua
+var unclaimLua string
 
 func (in *Ingest) setMark(ctx context.Context, mark string, ttl time.Duration) {
 	if mark == "" {

@@ -32,7 +32,7 @@ import (
 //
 // A parked copy carries where and when the event was stored and its
 // deliveries so far, so it keeps the event's decided mark (a redelivery is
-// never decided twice), its policy grace and its dead-letter subject. It is
+// never decided twice: each copy claims the decision, ingest.go's claim), its policy grace and its dead-letter subject. It is
 // stored with a message id derived from the event: an ack of the original
 // that was lost parks it again, deduplicated within the stream's duplicate
 // window; if by then the event was decided from the intake, the copy finds

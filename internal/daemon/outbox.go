@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/config"
+	"github.com/coalesce-io/coalesce/internal/redact"
 	"github.com/coalesce-io/coalesce/outbox"
 )
 
@@ -66,7 +66,7 @@ func StartOutbox(ctx context.Context, cfg *config.Config, c *Conns, m *Metrics, 
 	if oc.Postgres == "" {
 		return func() {}, nil
 	}
-	where := redactPostgres(oc.Postgres)
+	where := redact.URL(oc.Postgres)
 	pool, err := pgxpool.New(ctx, oc.Postgres)
 	if err != nil {
 		return nil, fmt.Errorf("outbox.postgres: %s: %w", where, err)
@@ -128,22 +128,19 @@ func StartOutbox(ctx context.Context, cfg *config.Config, c *Conns, m *Metrics, 
 // outboxTablesExist refuses to relay from a database the migration has not
 // set up, saying how to set it up.
 func outboxTablesExist(ctx context.Context, pool *pgxpool.Pool) error {
-	var outboxOK, deadOK bool
-	err := pool.QueryRow(ctx, `SELECT to_regclass('coalesce_outbox') IS NOT NULL, to_regclass('coalesce_outbox_dead') IS NOT NULL`).Scan(&outboxOK, &deadOK)
+	var outboxOK, deadOK, deadKeyed bool
+	err := pool.QueryRow(ctx, `SELECT to_regclass('coalesce_outbox') IS NOT NULL, to_regclass('coalesce_outbox_dead') IS NOT NULL,
+		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('coalesce_outbox_dead') AND attname = 'dead_id' AND NOT attisdropped)`).Scan(&outboxOK, &deadOK, &deadKeyed)
 	if err != nil {
 		return err
 	}
 	if !outboxOK || !deadOK {
 		return fmt.Errorf("the outbox tables do not exist there: run `coalesce outbox migrate --postgres URL` (or apply outbox/schema.sql with your migrations), or set outbox.migrate: true")
 	}
-	return nil
-}
-
-// redactPostgres hides a Postgres URL's password for logs and messages.
-func redactPostgres(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
-		return "(connection string)"
+	if !deadKeyed {
+		// Schema 1 keyed dead rows by the outbox id: once the outbox's ids
+		// start over, a poison row would leave both tables.
+		return fmt.Errorf("the outbox tables there are schema 1 (coalesce_outbox_dead has no dead_id); this relay needs schema %d: run `coalesce outbox migrate --postgres URL` (or apply outbox/schema.sql), or set outbox.migrate: true", outbox.SchemaVersion)
 	}
-	return u.Redacted()
+	return nil
 }

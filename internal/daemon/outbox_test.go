@@ -1,10 +1,12 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,4 +84,42 @@ func TestStartOutbox(t *testing.T) {
 	if _, err := daemon.StartOutbox(ctx, cfg, conns, m, log); err == nil || !strings.Contains(err.Error(), "outbox.postgres") || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("unreachable database: %v", err)
 	}
+
+	// Passwords in the query string (libpq's and pgx's password and
+	// sslpassword parameters) are hidden too: in the start-up log line and
+	// in errors. On 47bb46e both showed them (url.Redacted masks only the
+	// user info).
+	var logs lockedBuffer
+	logged := slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Outbox.Postgres = pg.URL + "&password=q-s3cret-q&sslpassword=q-s3cret-q"
+	stop, err = daemon.StartOutbox(ctx, cfg, conns, nil, logged) // metrics registered once above
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if out := logs.String(); !strings.Contains(out, "outbox relay started") || strings.Contains(out, "q-s3cret-q") {
+		t.Errorf("the relay's log shows a password, or nothing: %s", out)
+	}
+	cfg.Outbox.Postgres = "postgres://app@127.0.0.1:1/app?connect_timeout=2&password=q-s3cret-q&sslpassword=q-s3cret-q"
+	if _, err := daemon.StartOutbox(ctx, cfg, conns, nil, logged); err == nil || strings.Contains(err.Error(), "q-s3cret-q") {
+		t.Errorf("unreachable database, password in the query: %v", err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -96,6 +96,10 @@ type StartAnswer struct {
 	// DeadHeaders, for dead, are the headers to add to the dead letter:
 	// why, its attempts and its summary (what a replay runs with).
 	DeadHeaders map[string]string `json:"dead_letter_headers,omitempty"`
+	// DeadBody, for dead, when present, is the dead letter's body, instead
+	// of the job message's: its args and a summary too large for a header
+	// (DeadHeaders then has Coalesce-Summary-In-Body).
+	DeadBody json.RawMessage `json:"dead_letter_body,omitempty"`
 	// Lease, for an exclusive job that runs, holds its key for LeaseMs:
 	// send it back (Coalesce-Lease) with progress at least every third of
 	// that while the job runs, and with finish.
@@ -121,7 +125,7 @@ var protocolHeaders = func() map[string]string {
 	m := map[string]string{}
 	for _, h := range []string{publisher.HeaderType, publisher.HeaderKey, publisher.HeaderFingerprint, publisher.HeaderRound,
 		publisher.HeaderMode, publisher.HeaderPayload, publisher.HeaderOpenedAt, publisher.HeaderDueAt, publisher.HeaderTTL,
-		publisher.HeaderVersion, publisher.HeaderTraceParent, publisher.HeaderStore, publisher.HeaderStoreAddr, publisher.HeaderExclusive, worker.HeaderReplay, worker.HeaderSummary, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
+		publisher.HeaderVersion, publisher.HeaderTraceParent, publisher.HeaderStore, publisher.HeaderStoreAddr, publisher.HeaderExclusive, publisher.HeaderBypass, worker.HeaderReplay, worker.HeaderSummary, worker.HeaderSummaryInBody, HeaderDelivered, HeaderMaxDeliver, HeaderResult, HeaderLease} {
 		m[textproto.CanonicalMIMEHeaderKey(h)] = h
 	}
 	return m
@@ -141,16 +145,23 @@ func jobHeaders(in map[string][]string) nats.Header {
 
 // job decodes the job message a request carries.
 func (p *Protocol) job(h nats.Header, body []byte) (*worker.Job, *apiError) {
-	dj, err := publisher.DecodeJob(h, body)
+	replay, sum, args, err := worker.ReplayOf(h, body)
+	if err != nil {
+		return nil, errf(http.StatusBadRequest, "invalid_job", worker.HeaderSummaryInBody, "%v: send the job message's headers and body as they came", err)
+	}
+	dj, err := publisher.DecodeJob(h, args)
 	if err != nil {
 		return nil, errf(http.StatusBadRequest, "invalid_job", headerIn(err), "%v: send the job message's headers and body as they came", err)
 	}
 	if _, ok := p.cfg.Coalescer.Policy(dj.Type); !ok {
 		return nil, errf(http.StatusNotFound, "no_policy", "Coalesce-Type", "job type %q has no policy here: the daemon that starts a job needs its policy", dj.Type)
 	}
-	job := &worker.Job{Job: dj, Attempt: 1}
-	job.Replay, job.Summary = worker.ReplayOf(h)
-	return job, nil
+	if dj.Token == 0 && dj.Bypass == "" {
+		// Published before Coalesce-Bypass existed: its identity from its
+		// content (the subject is not forwarded).
+		dj.Bypass = worker.ContentBypass(dj)
+	}
+	return &worker.Job{Job: dj, Attempt: 1, Replay: replay, Summary: sum}, nil
 }
 
 // headerIn names the header a DecodeJob error is about.
@@ -217,7 +228,17 @@ func (p *Protocol) Start(ctx context.Context, h nats.Header, body []byte) (Start
 		if p.cfg.Publisher != nil {
 			a.DeadTo = p.cfg.Publisher.Subjects().Dead(job.Type)
 		}
-		a.DeadHeaders = DeadLetterHeaders(job, s.Reason)
+		var body []byte
+		var err error
+		if a.DeadHeaders, body, err = DeadLetterHeaders(job, s.Reason); err != nil {
+			// A dead letter that cannot keep the summary is none: the
+			// round stays unfinished, the delivery comes again.
+			a = StartAnswer{Action: string(worker.StartRetry), RetryInMs: retryIn.Milliseconds(), Reason: "dead, but " + err.Error()}
+			break
+		}
+		if body != nil {
+			a.DeadBody = body
+		}
 		fallthrough
 	case worker.StartRun:
 		d := job.Document()
@@ -385,12 +406,27 @@ func httpOp[A any](a *API, op func(context.Context, nats.Header, []byte) (A, *ap
 }
 
 // DeadLetterHeaders are the headers a dead letter of job carries besides the
-// job message's own: the reason, the attempts and the summary (when it fits
-// in 64 KiB), as the Go worker writes them.
-func DeadLetterHeaders(job *worker.Job, reason string) map[string]string {
-	h := map[string]string{worker.HeaderError: reason, worker.HeaderAttempts: strconv.Itoa(job.Attempt)}
-	if b, err := json.Marshal(job.Summary); err == nil && len(b) <= 64<<10 {
-		h[worker.HeaderSummary] = string(b)
+// job message's own, as the Go worker writes them: the reason, the attempts
+// and the summary; and, when the summary is too large for a header
+// (worker.PackSummary), the body to give the dead letter instead of the
+// message's (nil otherwise).
+func DeadLetterHeaders(job *worker.Job, reason string) (map[string]string, []byte, error) {
+	nh := nats.Header{}
+	nh.Set(worker.HeaderError, reason)
+	nh.Set(worker.HeaderAttempts, strconv.Itoa(job.Attempt))
+	if job.Token == 0 && job.Bypass != "" {
+		nh.Set(publisher.HeaderBypass, job.Bypass) // its replay is the same job
 	}
-	return h
+	body, err := worker.PackSummary(nh, job.Args, job.Summary)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := map[string]string{}
+	for k := range nh {
+		h[k] = nh.Get(k)
+	}
+	if nh.Get(worker.HeaderSummaryInBody) == "" {
+		body = nil
+	}
+	return h, body, nil
 }

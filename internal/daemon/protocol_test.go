@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/coalesce-io/coalesce/debounce"
+	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/internal/daemon"
 	"github.com/coalesce-io/coalesce/internal/testenv"
 	"github.com/coalesce-io/coalesce/publisher"
@@ -202,5 +204,96 @@ func TestProtocolExclusiveKey(t *testing.T) {
 	b, e := p.Start(ctx, with(second, daemon.HeaderDelivered, "2"), second.Data)
 	if e != nil || b.Action != "run" || b.Job.Attempt != 1 || b.Lease == "" {
 		t.Fatalf("start once the key is free: %+v %v (its wait is no attempt)", b, e)
+	}
+}
+
+// TestProtocolDeadLetterKeepsALargeSummary: a job of the worker protocol
+// dies with a summary too large for a header (40 items of 1 KiB): start's
+// dead answer gives the dead letter's body (args and summary) and
+// headers; the dead letter published so (as a protocol worker does) shows
+// every item, and its replay starts with them. On 47bb46e the summary was
+// left out of dead_letter_headers past 64 KiB, and nothing else kept it.
+func TestProtocolDeadLetterKeepsALargeSummary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, js := testenv.NATS(t).Connect(t)
+	pub, err := publisher.New(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := debounce.Policy{Type: "digest", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadAccumulate, KeyFields: []string{"user"}}
+	co, err := debounce.New(debounce.Config{Redis: testenv.SharedRedis(t).Client(t), Publisher: pub, Policies: []debounce.Policy{p}, Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proto := daemon.NewProtocol(daemon.ProtocolConfig{Coalescer: co, Publisher: pub})
+	cons, err := js.CreateOrUpdateConsumer(ctx, pub.Stream(), jetstream.ConsumerConfig{
+		Durable: "protocol_test", FilterSubject: "co.run.digest.>", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() *nats.Msg {
+		t.Helper()
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			_ = m.Ack()
+			return &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+		}
+		t.Fatalf("no job message within 10 s: %v", batch.Error())
+		return nil
+	}
+	const n = 40
+	for i := range n {
+		if _, err := co.Submit(ctx, debounce.Event{Type: p.Type, Args: json.RawMessage(fmt.Sprintf(`{"user":"ann","i":%d,"pad":"%s"}`, i, strings.Repeat("z", 1024)))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := next()
+	forward := func(m *nats.Msg, extra ...string) nats.Header {
+		h := nats.Header{}
+		for k, vs := range m.Header {
+			if !strings.HasPrefix(k, "Nats-") {
+				h[k] = vs
+			}
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			h.Set(extra[i], extra[i+1])
+		}
+		return h
+	}
+	if a, e := proto.Start(ctx, forward(msg, daemon.HeaderDelivered, "1"), msg.Data); e != nil || a.Action != "run" || len(a.Job.Summary.Items) != n {
+		t.Fatalf("start: %+v %v", a, e)
+	}
+	a, e := proto.Start(ctx, forward(msg, daemon.HeaderDelivered, "2", daemon.HeaderMaxDeliver, "1"), msg.Data)
+	if e != nil || a.Action != "dead" || len(a.DeadBody) == 0 || a.DeadHeaders["Coalesce-Summary-In-Body"] != "1" || a.DeadHeaders["Coalesce-Summary"] != "" {
+		t.Fatalf("start past max deliver: %+v %v; want dead with the summary in dead_letter_body", a, e)
+	}
+	dead := nats.NewMsg(a.DeadTo)
+	dead.Header = forward(msg)
+	for k, v := range a.DeadHeaders {
+		dead.Header.Set(k, v)
+	}
+	dead.Data = a.DeadBody
+	if _, err := js.PublishMsg(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+	if _, e := proto.Finish(ctx, forward(msg, daemon.HeaderResult, "dead"), msg.Data); e != nil {
+		t.Fatal(e)
+	}
+	dl := admin.Dead{JS: js, Stream: pub.Stream(), Subjects: pub.Subjects()}
+	letters, err := dl.List(ctx, p.Type, "", 10)
+	if err != nil || len(letters) != 1 || letters[0].Summary == nil || len(letters[0].Summary.Items) != n {
+		t.Fatalf("dead letters %+v %v: want one with %d items", letters, err, n)
+	}
+	if _, err := dl.Replay(ctx, letters[0].Seq); err != nil {
+		t.Fatal(err)
+	}
+	replayed := next()
+	r, e := proto.Start(ctx, forward(replayed, daemon.HeaderDelivered, "1"), replayed.Data)
+	if e != nil || r.Action != "run" || r.Job.Release != "replayed" || len(r.Job.Summary.Items) != n || string(r.Job.Args) != string(msg.Data) {
+		t.Fatalf("the replay's start: %+v %v; want run, replayed, %d items, the job's args", r, e, n)
 	}
 }

@@ -547,6 +547,8 @@ export interface components {
             key: components["schemas"]["Hex64"];
             fingerprint: components["schemas"]["Hex64"];
             round?: string;
+            /** @description The job's identity: `<key>.<round>`, or `<key>.<bypass>` (`_` and 16 hex digits) for a job published without a reservation; the same for every delivery of the job and its replay, another for every other job (the Idempotency-Key of `work --post`). */
+            id?: string;
             mode?: string;
             payload?: string;
             /** Format: date-time */
@@ -568,6 +570,11 @@ export interface components {
             job?: components["schemas"]["JobDocument"];
             dead_letter_headers?: {
                 [key: string]: string;
+            };
+            /** @description With dead, when present: the dead letter's body instead of the job message's, `{"args": …, "summary": …}` (a summary too large for a header; dead_letter_headers then has Coalesce-Summary-In-Body: 1). */
+            dead_letter_body?: {
+                args: unknown;
+                summary: components["schemas"]["Summary"];
             };
             lease?: string;
             lease_ms?: number;
@@ -1393,6 +1400,15 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            /** @description `unreplayable`: the dead letter is not a job message coalesce can decode (its headers say why); it stays. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             503: components["responses"]["Unavailable"];
         };
     };

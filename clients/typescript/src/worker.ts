@@ -83,11 +83,15 @@ export async function runWorker(nc: NatsConnection, o: WorkerOptions, handler: (
       case "retry":
         m.nak(start.retry_in_ms);
         return;
-      case "dead":
-        await js.publish(start.dead_letter_subject!, m.data, { headers: forward(m, start.dead_letter_headers ?? {}) });
+      case "dead": {
+        // dead_letter_body, when given, holds the args and a summary too
+        // large for a header: the dead letter's body instead of the job's.
+        const body = start.dead_letter_body ? new TextEncoder().encode(JSON.stringify(start.dead_letter_body)) : m.data;
+        await js.publish(start.dead_letter_subject!, body, { headers: forward(m, start.dead_letter_headers ?? {}) });
         await ask("finish", m, { "Coalesce-Result": "dead" });
         m.term();
         return;
+      }
     }
     const job = start.job!;
     const progress = setInterval(() => m.working(), 10000);
@@ -105,9 +109,20 @@ export async function runWorker(nc: NatsConnection, o: WorkerOptions, handler: (
     }
     if (result === "failed" && job.attempt >= maxDeliver) {
       result = "dead";
-      await js.publish(`${prefix}.dead.${job.type}`, m.data, {
-        headers: forward(m, { "Coalesce-Error": "failed for the last time", "Coalesce-Attempts": String(job.attempt), "Coalesce-Summary": JSON.stringify(job.summary) }),
-      });
+      // The whole summary, so that a replay has every item: in a header up
+      // to 32 KiB, else in the body with the args (docs/worker-protocol.md).
+      const summary = JSON.stringify(job.summary);
+      const extra: Record<string, string> = { "Coalesce-Error": "failed for the last time", "Coalesce-Attempts": String(job.attempt) };
+      let body = m.data;
+      if (summary.length <= 32 << 10) {
+        extra["Coalesce-Summary"] = summary;
+      } else {
+        extra["Coalesce-Summary-In-Body"] = "1";
+        body = new TextEncoder().encode(`{"args":${JSON.stringify(job.args)},"summary":${summary}}`);
+      }
+      const h = forward(m, extra);
+      if (body !== m.data) h.delete("Coalesce-Summary");
+      await js.publish(`${prefix}.dead.${job.type}`, body, { headers: h });
     }
     try {
       await ask("finish", m, { "Coalesce-Result": result, ...lease });
