@@ -47,28 +47,28 @@ type store struct {
 	ctxType   reflect.Type
 	nestedIdx int
 
-	mu       sync.Mutex                   // one command at a time; everything below
-	running  atomic.Pointer[server.Peer]  // the client whose command runs under mu: its re-dispatch passes
-	internal *server.Peer                 // the store's own commands
-	ibuf     bytes.Buffer                 // internal's replies
-	iw       *bufio.Writer                // writes into ibuf
-	idb      int                          // internal's selected database
-	dbs      map[int]*miniredis.RedisDB   // databases seen
-	live     map[dbKey]*entry             // every key, with its expiry
-	due      expiryHeap                   // the keys with an expiry, soonest first
-	peers    map[*server.Peer]*peerState  // clients' database and transaction
-	cur      map[dbKey]*touch             // keys the command under way touched
-	curDB    int                          // its database
-	cmdNow   time.Time                    // its time (a script's calls share it)
-	refused  map[string]bool              // the cache of refusals
-	recs     []byte                       // records of the command under way
-	frame    []byte                       // its frame
-	jr       *journal                     // nil: memory only
-	dir      string                       // the data folder ("" memory only)
-	snapSize int64                        // bytes of the last snapshot
-	minSize  int64                        // compact once the journal is this big (and the snapshot's size)
-	compact  sync.WaitGroup               // a compaction under way
-	busy     bool                         // one is
+	mu       sync.Mutex                  // one command at a time; everything below
+	running  atomic.Pointer[server.Peer] // the client whose command runs under mu: its re-dispatch passes
+	internal *server.Peer                // the store's own commands
+	ibuf     bytes.Buffer                // internal's replies
+	iw       *bufio.Writer               // writes into ibuf
+	idb      int                         // internal's selected database
+	dbs      map[int]*miniredis.RedisDB  // databases seen
+	live     map[dbKey]*entry            // every key, with its expiry
+	due      expiryHeap                  // the keys with an expiry, soonest first
+	peers    map[*server.Peer]*peerState // clients' database and transaction
+	cur      map[dbKey]*touch            // keys the command under way touched
+	curDB    int                         // its database
+	cmdNow   time.Time                   // its time (a script's calls share it)
+	refused  map[string]bool             // the cache of refusals
+	recs     []byte                      // records of the command under way
+	frame    []byte                      // its frame
+	jr       *journal                    // nil: memory only
+	dir      string                      // the data folder ("" memory only)
+	snapSize int64                       // bytes of the last snapshot
+	minSize  int64                       // compact once the journal is this big (and the snapshot's size)
+	compact  sync.WaitGroup              // a compaction under way
+	busy     bool                        // one is
 	stats    Stats
 }
 
