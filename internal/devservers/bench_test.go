@@ -53,7 +53,7 @@ func BenchmarkEmbeddedRedis(b *testing.B) {
 				if err := openLike.Load(ctx, rdb).Err(); err != nil {
 					b.Fatal(err)
 				}
-				runtime.GC() // the preload's garbage is not the ops'
+				runtime.GC()         // the preload's garbage is not the ops'
 				b.SetParallelism(25) // 50 in flight on 2 cores
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
