@@ -22,7 +22,7 @@ import (
 	"github.com/coalesce-io/coalesce/publisher"
 )
 
-const benchSynopsis = `bench [--events N --keys K --concurrency C --mode M --window D --payload P] [--redis URL --nats URL | --config FILE] [--http URL [--batch N]]
+const benchSynopsis = `bench [--events N --keys K --concurrency C --mode M --window D --payload P --pending N] [--redis URL --nats URL | --config FILE] [--http URL [--batch N]]
 
 A load generator: N events over K keys ("tenant-<i mod K>"), C in flight,
 through the library (a Coalescer on the Redis and NATS given, publishing
@@ -53,11 +53,15 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	jobType := fs.String("type", "bench", "job type (with --http, the daemon needs a policy for it)")
 	prefix := fs.String("prefix", "b", "library: Redis key prefix (runs with one prefix within a window join each other's rounds)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured run to this file (go tool pprof)")
+	pending := fs.Int("pending", 0, "library: open this many rounds of other keys first, so the measured run meets a store holding them")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *events < 1 || *keys < 1 || *conc < 1 {
 		return usagef("--events, --keys and --concurrency must be at least 1")
+	}
+	if *pending < 0 || (*pending > 0 && *httpURL != "") {
+		return usagef("--pending must be a positive count of rounds, and works through the library (not with --http)")
 	}
 	p := debounce.Policy{Type: *jobType, Mode: debounce.Mode(*mode), Window: *window, Payload: debounce.Payload(*payload), KeyFields: []string{"tenant_id"}}
 	switch *mode {
@@ -209,6 +213,14 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		*batch = 1
 	}
 
+	if *pending > 0 {
+		if err := openPending(ctx, co, *jobType, *pending, *conc); err != nil {
+			return err
+		}
+		res.Pending = *pending
+		opened.Store(0)
+		published.Store(0)
+	}
 	first, err := loadgen.Run(ctx, loadgen.Load{Events: *events, Batch: *batch, Concurrency: *conc, Submit: submit,
 		Keys: *keys, Opened: &opened, Published: &published, Redis: rdb, Opens: opens,
 		Allocs: res.Via == "library", CPUProfile: *cpuProfile}, &res)
@@ -240,6 +252,35 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		return exitError{exitFailure}
 	}
 	return nil
+}
+
+// openPending opens n rounds of keys the measured run does not use.
+func openPending(ctx context.Context, co *debounce.Coalescer, jobType string, n, conc int) error {
+	next := atomic.Int64{}
+	errs := make(chan error, conc)
+	for range conc {
+		go func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					errs <- nil
+					return
+				}
+				args := fmt.Appendf(nil, `{"tenant_id":"pending-%d","seq":%d}`, i, i)
+				if _, err := co.Submit(ctx, debounce.Event{Type: jobType, Args: args}); err != nil {
+					errs <- fmt.Errorf("bench: opening the pending rounds: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	var first error
+	for range conc {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // purgeBenchStream drops the bench's jobs so they do not run anywhere.

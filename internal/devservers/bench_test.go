@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +13,12 @@ import (
 
 	"github.com/coalesce-io/coalesce/internal/devservers"
 )
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // openLike writes as a round's opening does: a few hash fields and an
 // absolute expiry, in a script.
@@ -55,6 +62,7 @@ func BenchmarkEmbeddedRedis(b *testing.B) {
 				}
 				runtime.GC()         // the preload's garbage is not the ops'
 				b.SetParallelism(25) // 50 in flight on 2 cores
+				cpu0 := cpuTime()
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
 					i := 0
@@ -67,6 +75,9 @@ func BenchmarkEmbeddedRedis(b *testing.B) {
 						}
 					}
 				})
+				// CPU of the process (server and client) per op: on a
+				// loaded machine wall time says more about the neighbours.
+				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}

@@ -70,6 +70,12 @@ type store struct {
 	compact  sync.WaitGroup              // a compaction under way
 	busy     bool                        // one is
 	stats    Stats
+
+	scripts    map[string]*script // compiled scripts by SHA-1 (scripts.go)
+	scriptPeer *server.Peer       // the connection their redis.call runs on
+	sbuf       *bytes.Buffer      // its replies
+	sw         *bufio.Writer      // writes into sbuf
+	sdb        int                // its selected database
 }
 
 // dbKey is a key of one database.
@@ -135,6 +141,8 @@ func newStore(mr *miniredis.Miniredis, srv *server.Server, log *slog.Logger, now
 		refused: map[string]bool{}}
 	s.iw = bufio.NewWriter(&s.ibuf)
 	s.internal = server.NewPeer(s.iw)
+	s.scripts = map[string]*script{}
+	s.scriptPeer, s.sbuf, s.sw = bufPeer()
 	// miniredis marks the connection of a script's inner calls in its
 	// (unexported) per-connection state. Read where the flag is once; a
 	// miniredis without it is refused here, not misjournaled later.
@@ -167,7 +175,7 @@ func (s *store) hook(c *server.Peer, cmd string, args ...string) bool {
 	if c == s.running.Load() || c == s.internal {
 		return false // the store's own dispatch: miniredis runs it
 	}
-	if s.isNested(c) {
+	if c == s.scriptPeer || s.isNested(c) {
 		return s.nested(c, cmd, args)
 	}
 	s.outer(c, cmd, args)
@@ -271,6 +279,14 @@ func (s *store) outer(c *server.Peer, cmd string, args []string) {
 		default:
 			writeTTL(c, cmd, s.expiryTime(dbKey{ps.db, args[0]}), ms)
 		}
+	case "EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "SCRIPT":
+		if inTx {
+			s.run(c, cmd, args) // queued: miniredis runs it at EXEC
+			break
+		}
+		s.cur = map[dbKey]*touch{}
+		s.scripting(c, cmd, args)
+		s.record()
 	case "FLUSHALL", "FLUSHDB":
 		if inTx {
 			c.WriteError("ERR the embedded store does not take " + cmd + " inside MULTI")
@@ -319,6 +335,16 @@ func (s *store) nested(c *server.Peer, cmd string, args []string) bool {
 		if len(args) != 1 {
 			return false
 		}
+		if c == s.scriptPeer {
+			v, err := s.call(s.curDB, "PEXPIRETIME", args[0])
+			at, ok := asInt(v)
+			if err != nil || !ok {
+				c.WriteError(fmt.Sprintf("ERR the embedded store could not read the expiry of %q: %v", args[0], err))
+				return true
+			}
+			writeTTL(c, cmd, at, s.cmdNow.UnixMilli())
+			return true
+		}
 		// Its expiry time, read on a connection sharing the script's state.
 		var buf bytes.Buffer
 		w := bufio.NewWriter(&buf)
@@ -336,6 +362,9 @@ func (s *store) nested(c *server.Peer, cmd string, args []string) bool {
 		return true
 	case "SELECT", "FLUSHALL", "FLUSHDB", "MULTI", "EXEC":
 		c.WriteError("ERR the embedded store does not run " + cmd + " inside a script")
+		return true
+	case "EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "SCRIPT":
+		c.WriteError("ERR This Redis command is not allowed from script")
 		return true
 	}
 	sp, write := journaled[cmd]
