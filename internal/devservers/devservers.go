@@ -37,7 +37,8 @@ type Options struct {
 	// written every second): read when RedisDir holds nothing yet, then
 	// rewritten into RedisDir and removed.
 	LegacySnapshot string
-	// FsyncEvery: how often the journal is fsynced (DefaultFsyncEvery).
+	// FsyncEvery: how often the journal, and the NATS store, are fsynced
+	// (DefaultFsyncEvery).
 	FsyncEvery time.Duration
 	// ExpireEvery: how often keys whose expiry came are deleted while no
 	// command comes (DefaultExpireEvery); a command deletes them first.
@@ -141,6 +142,10 @@ func startNATS(o Options) (*server.Server, error) {
 	ns, err := server.NewServer(&server.Options{
 		Host: host, Port: port, JetStream: true, StoreDir: o.DataDir,
 		NoLog: true, NoSigs: true, ServerName: "coalesce-dev",
+		// As the Redis journal: a crash of the machine loses at most
+		// about this much (the default, 2 minutes, would lose schedules of
+		// rounds the journal kept).
+		SyncInterval: o.FsyncEvery,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("devservers: nats: %w", err)

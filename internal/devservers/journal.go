@@ -211,9 +211,10 @@ func appendFrame(dst []byte, at int64, recs []byte) []byte {
 // errTorn: the data ends inside a frame, or its checksum is wrong.
 var errTorn = errors.New("torn or damaged frame")
 
-// readFrame reads one frame: the time it was written and its records.
-// io.EOF at a clean end; errTorn for a partial or damaged one.
-func readFrame(r *bufio.Reader) (at int64, payload []byte, size int, err error) {
+// readFrame reads one frame of at most left bytes: the time it was written
+// and its records. io.EOF at a clean end; errTorn for a partial or damaged
+// one (a damaged length is never allocated beyond the bytes left).
+func readFrame(r *bufio.Reader, left int64) (at int64, payload []byte, size int, err error) {
 	var h [8]byte
 	if n, err := io.ReadFull(r, h[:]); err != nil {
 		if err == io.EOF && n == 0 {
@@ -222,7 +223,7 @@ func readFrame(r *bufio.Reader) (at int64, payload []byte, size int, err error) 
 		return 0, nil, 0, errTorn
 	}
 	n := binary.LittleEndian.Uint32(h[:4])
-	if n < 8 || n > maxFrame {
+	if n < 8 || n > maxFrame || int64(n) > left-8 {
 		return 0, nil, 0, errTorn
 	}
 	payload = make([]byte, n)
@@ -485,6 +486,10 @@ func readSnapshot(path string, apply func(record) error) (h snapshotHeader, foun
 		return h, false, 0, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return h, true, 0, err
+	}
 	r := bufio.NewReaderSize(f, 1<<16)
 	hdr := make([]byte, len(snapshotMagic)+16)
 	if _, err := io.ReadFull(r, hdr); err != nil || string(hdr[:len(snapshotMagic)]) != snapshotMagic {
@@ -495,7 +500,7 @@ func readSnapshot(path string, apply func(record) error) (h snapshotHeader, foun
 	h.next = binary.LittleEndian.Uint64(hdr[len(snapshotMagic)+8:])
 	keys := uint64(0)
 	for {
-		at, payload, n, err := readFrame(r)
+		at, payload, n, err := readFrame(r, fi.Size()-size)
 		if err == io.EOF {
 			return h, true, size, fmt.Errorf("%s ends before its last frame (cut short)", path)
 		}
@@ -544,6 +549,10 @@ func replaySegment(dir string, n uint64, apply func(record) error) (segmentRepla
 		return res, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return res, err
+	}
 	r := bufio.NewReaderSize(f, 1<<16)
 	hdr := make([]byte, len(journalMagic)+8)
 	if k, err := io.ReadFull(r, hdr); err != nil {
@@ -558,7 +567,7 @@ func replaySegment(dir string, n uint64, apply func(record) error) (segmentRepla
 	}
 	res.size = int64(len(hdr))
 	for {
-		at, payload, k, err := readFrame(r)
+		at, payload, k, err := readFrame(r, fi.Size()-res.size)
 		if err == io.EOF {
 			return res, nil
 		}
