@@ -53,7 +53,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	jobType := fs.String("type", "bench", "job type (with --http, the daemon needs a policy for it)")
 	prefix := fs.String("prefix", "b", "library: Redis key prefix (runs with one prefix within a window join each other's rounds)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured run to this file (go tool pprof)")
-	pending := fs.Int("pending", 0, "library: open this many rounds of other keys first, so the measured run meets a store holding them")
+	pending := fs.Int("pending", 0, "library: open this many rounds of other keys first (as another producer), so the measured run meets a store holding them")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -192,6 +192,20 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		if err != nil {
 			return err
 		}
+		if *pending > 0 {
+			// Another producer's rounds: the measured Coalescer starts
+			// knowing none of them (as its local joins would).
+			other, err := debounce.New(dcfg)
+			if err != nil {
+				return err
+			}
+			if err := openPending(ctx, other, *jobType, *pending, *conc); err != nil {
+				return err
+			}
+			res.Pending = *pending
+			opened.Store(0)
+			published.Store(0)
+		}
 		rdb = conns.Redis
 		res.Via = "library"
 		argsOf := func(i int) json.RawMessage {
@@ -213,14 +227,6 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		*batch = 1
 	}
 
-	if *pending > 0 {
-		if err := openPending(ctx, co, *jobType, *pending, *conc); err != nil {
-			return err
-		}
-		res.Pending = *pending
-		opened.Store(0)
-		published.Store(0)
-	}
 	first, err := loadgen.Run(ctx, loadgen.Load{Events: *events, Batch: *batch, Concurrency: *conc, Submit: submit,
 		Keys: *keys, Opened: &opened, Published: &published, Redis: rdb, Opens: opens,
 		Allocs: res.Via == "library", CPUProfile: *cpuProfile}, &res)

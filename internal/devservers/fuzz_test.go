@@ -112,9 +112,7 @@ func TestJournalWriteFailureWithholdsTheReply(t *testing.T) {
 	if err != nil {
 		t.Skipf("no /dev/full: %v", err)
 	}
-	s.rs.jr.mu.Lock()
-	s.rs.jr.f = full
-	s.rs.jr.mu.Unlock()
+	s.rs.jr.setFile(full)
 	c, err := net.Dial("tcp", s.RedisAddr)
 	if err != nil {
 		t.Fatal(err)

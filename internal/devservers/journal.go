@@ -261,19 +261,37 @@ func segments(dir string) ([]uint64, error) {
 	return out, nil
 }
 
-// journal is the segment being appended to.
+// journal is the segment being appended to, with group commit: commands
+// queue their frames (in the order they ran, under the store's lock) and
+// one writer goroutine writes what is queued in one call; a reply waits,
+// outside the store's lock, until the journal holds every frame queued up
+// to its command (waitWritten). The lock is never held across I/O, and
+// many commands share one write.
 type journal struct {
 	dir string
 
-	mu      sync.Mutex // f, n, written, size
-	f       *os.File
-	n       uint64 // its number
-	written uint64 // bytes appended since open, over every segment
-	size    int64  // bytes in the segments the snapshot does not cover
+	mu      sync.Mutex // everything below
+	cond    *sync.Cond // written, err or closed changed; or frames queued
+	queue   []byte     // frames queued, not yet written
+	spare   []byte     // the writer's other buffer
+	queued  uint64     // bytes queued since open, over every segment
+	written uint64     // of them, bytes written
+	size    int64      // bytes in the segments the snapshot does not cover
+	f       *os.File   // the current segment
+	n       uint64     // its number
+	err     error      // the first write or fsync failure: the journal stops
+	closed  bool
+	done    chan struct{} // the writer ended
 
 	syncMu sync.Mutex // one fsync (or rotation) at a time
 	synced uint64     // written as of the last completed fsync
-	err    error      // the first write or fsync failure
+}
+
+func newJournal(dir string, f *os.File, n uint64, size int64) *journal {
+	j := &journal{dir: dir, f: f, n: n, size: size, done: make(chan struct{})}
+	j.cond = sync.NewCond(&j.mu)
+	go j.writer()
+	return j
 }
 
 // openSegment creates segment n (it must not exist) with its header, and
@@ -308,29 +326,85 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// append writes a frame to the current segment: once it returns, a kill of
-// the process no longer loses it.
-func (j *journal) append(frame []byte) error {
+// append queues a frame and returns the position waitWritten waits for.
+func (j *journal) append(frame []byte) uint64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.err != nil {
-		return j.err
-	}
-	if _, err := j.f.Write(frame); err != nil {
-		j.err = fmt.Errorf("journal %s: write: %w", filepath.Join(j.dir, segmentName(j.n)), err)
-		return j.err
-	}
-	j.written += uint64(len(frame))
+	j.queue = append(j.queue, frame...)
+	j.queued += uint64(len(frame))
 	j.size += int64(len(frame))
-	return nil
+	j.cond.Broadcast()
+	return j.queued
 }
 
-// sync makes every frame appended so far durable (fsync).
+// position is how far frames are queued: a reply of a command that ran now
+// waits for it (a read too, or it could answer from a change a crash
+// loses).
+func (j *journal) position() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.queued
+}
+
+// waitWritten returns once the journal holds (the kernel has) every frame
+// queued up to pos: from then a kill of the process no longer loses them.
+func (j *journal) waitWritten(pos uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.written < pos && j.err == nil {
+		j.cond.Wait()
+	}
+	return j.err
+}
+
+// writer writes the queued frames, as many at a time as are queued.
+func (j *journal) writer() {
+	defer close(j.done)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for {
+		for len(j.queue) == 0 && !j.closed {
+			j.cond.Wait()
+		}
+		if len(j.queue) == 0 || j.err != nil {
+			return
+		}
+		buf, f := j.queue, j.f
+		j.queue, j.spare = j.spare[:0], nil
+		j.mu.Unlock()
+		_, err := f.Write(buf)
+		j.mu.Lock()
+		if cap(buf) <= 4<<20 { // a burst's buffer is not kept
+			j.spare = buf[:0]
+		}
+		if err != nil {
+			j.err = fmt.Errorf("journal %s: write: %w", f.Name(), err)
+			j.cond.Broadcast()
+			return
+		}
+		j.written += uint64(len(buf))
+		j.cond.Broadcast()
+	}
+}
+
+// drained waits until everything queued is written (call with mu held).
+func (j *journal) drained() error {
+	for j.written < j.queued && j.err == nil {
+		j.cond.Wait()
+	}
+	return j.err
+}
+
+// sync makes every frame queued so far durable (fsync).
 func (j *journal) sync() error {
 	j.syncMu.Lock()
 	defer j.syncMu.Unlock()
 	j.mu.Lock()
-	f, target, err := j.f, j.written, j.err
+	target := j.queued
+	for j.written < target && j.err == nil {
+		j.cond.Wait()
+	}
+	f, err := j.f, j.err
 	j.mu.Unlock()
 	if err != nil {
 		return err
@@ -342,6 +416,7 @@ func (j *journal) sync() error {
 		j.mu.Lock()
 		if j.err == nil {
 			j.err = fmt.Errorf("journal %s: fsync: %w", f.Name(), err)
+			j.cond.Broadcast()
 		}
 		err = j.err
 		j.mu.Unlock()
@@ -351,23 +426,26 @@ func (j *journal) sync() error {
 	return nil
 }
 
-// rotate makes the current segment durable, closes it and opens the next:
-// the frames appended from now on are in segment (returned) and later ones.
+// rotate writes and fsyncs what is queued, closes the segment and opens the
+// next: the frames queued from now on go to segment (returned) and later
+// ones. The caller holds the store's lock, so nothing is queued meanwhile.
 func (j *journal) rotate() (uint64, error) {
 	j.syncMu.Lock()
 	defer j.syncMu.Unlock()
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.err != nil {
-		return 0, j.err
+	if err := j.drained(); err != nil {
+		return 0, err
 	}
 	if err := j.f.Sync(); err != nil {
 		j.err = fmt.Errorf("journal %s: fsync: %w", j.f.Name(), err)
+		j.cond.Broadcast()
 		return 0, j.err
 	}
 	next, err := openSegment(j.dir, j.n+1)
 	if err != nil {
 		j.err = fmt.Errorf("journal: open segment %d: %w", j.n+1, err)
+		j.cond.Broadcast()
 		return 0, j.err
 	}
 	j.f.Close()
@@ -376,8 +454,20 @@ func (j *journal) rotate() (uint64, error) {
 	return j.n, nil
 }
 
+// setFile replaces the segment's file (tests: a full disk).
+func (j *journal) setFile(f *os.File) {
+	j.mu.Lock()
+	j.f = f
+	j.mu.Unlock()
+}
+
 func (j *journal) close() error {
 	err := j.sync()
+	j.mu.Lock()
+	j.closed = true
+	j.cond.Broadcast()
+	j.mu.Unlock()
+	<-j.done
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if cerr := j.f.Close(); err == nil {

@@ -119,7 +119,7 @@ func (s *store) open(dir, legacy string) (Restore, error) {
 	if err != nil {
 		return r, fmt.Errorf("embedded redis journal: %w", err)
 	}
-	s.jr = &journal{dir: dir, f: f, n: next, size: journalSize + int64(len(journalMagic)+8)}
+	s.jr = newJournal(dir, f, next, journalSize+int64(len(journalMagic)+8))
 	s.mu.Lock()
 	before := s.stats.Expired
 	now := s.now().UnixMilli()

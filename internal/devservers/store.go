@@ -178,7 +178,17 @@ func (s *store) hook(c *server.Peer, cmd string, args ...string) bool {
 	if c == s.scriptPeer || s.isNested(c) {
 		return s.nested(c, cmd, args)
 	}
-	s.outer(c, cmd, args)
+	pos := s.outer(c, cmd, args)
+	if s.jr != nil {
+		// The reply leaves once the journal holds every change made up
+		// to this command: its own, and the ones it may have read.
+		if err := s.jr.waitWritten(pos); err != nil {
+			// The change is applied but not journaled: stop before the
+			// reply leaves, as Redis does when it cannot write its AOF.
+			// A restart replays what was journaled.
+			s.fatal(err)
+		}
+	}
 	return true
 }
 
@@ -232,9 +242,9 @@ func (s *store) add(into map[dbKey]*touch, db int) func(key string, l level, fie
 	}
 }
 
-// outer runs a client's command under the lock and journals what it
-// changed before its reply is flushed (by miniredis, once the hook returns).
-func (s *store) outer(c *server.Peer, cmd string, args []string) {
+// outer runs a client's command under the lock and queues what it changed
+// for the journal; it returns the journal position its reply waits for.
+func (s *store) outer(c *server.Peer, cmd string, args []string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cmdNow = s.now()
@@ -322,6 +332,10 @@ func (s *store) outer(c *server.Peer, cmd string, args []string) {
 	}
 	s.cur = nil
 	s.writeFrame(ms)
+	if s.jr == nil {
+		return 0
+	}
+	return s.jr.position()
 }
 
 // nested handles a script's inner call: it runs on the goroutine that holds
@@ -645,13 +659,7 @@ func (s *store) writeFrame(ms int64) {
 		return
 	}
 	s.frame = appendFrame(s.frame[:0], ms, s.recs)
-	if err := s.jr.append(s.frame); err != nil {
-		// The change is applied but not journaled, and its reply is about
-		// to leave: stop before it does, as Redis does when it cannot write
-		// its AOF. A restart replays what was journaled.
-		s.fatal(err)
-		return
-	}
+	s.jr.append(s.frame)
 	s.maybeCompact()
 }
 
