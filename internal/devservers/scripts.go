@@ -343,7 +343,8 @@ func (s *store) scriptCall(args []string) (any, error) {
 	if err := s.sw.Flush(); err != nil {
 		return nil, err
 	}
-	v, err := server.ParseReply(bufio.NewReader(s.sbuf))
+	s.sr.Reset(s.sbuf)
+	v, err := server.ParseReply(s.sr)
 	if err != nil {
 		return nil, err
 	}

@@ -76,6 +76,7 @@ type store struct {
 	sbuf       *bytes.Buffer      // its replies
 	sw         *bufio.Writer      // writes into sbuf
 	sdb        int                // its selected database
+	sr, ir     *bufio.Reader      // read sbuf and ibuf (one reader each, not one per call)
 }
 
 // dbKey is a key of one database.
@@ -143,6 +144,7 @@ func newStore(mr *miniredis.Miniredis, srv *server.Server, log *slog.Logger, now
 	s.internal = server.NewPeer(s.iw)
 	s.scripts = map[string]*script{}
 	s.scriptPeer, s.sbuf, s.sw = bufPeer()
+	s.sr, s.ir = bufio.NewReader(s.sbuf), bufio.NewReader(&s.ibuf)
 	// miniredis marks the connection of a script's inner calls in its
 	// (unexported) per-connection state. Read where the flag is once; a
 	// miniredis without it is refused here, not misjournaled later.
@@ -485,7 +487,8 @@ func (s *store) exec(args ...string) (any, error) {
 	if err := s.iw.Flush(); err != nil {
 		return nil, err
 	}
-	v, err := server.ParseReply(bufio.NewReader(&s.ibuf))
+	s.ir.Reset(&s.ibuf)
+	v, err := server.ParseReply(s.ir)
 	if err != nil {
 		return nil, err
 	}
