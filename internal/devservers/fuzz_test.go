@@ -134,3 +134,22 @@ func TestJournalWriteFailureWithholdsTheReply(t *testing.T) {
 		t.Fatal("the reply of a write the journal could not hold left")
 	}
 }
+
+// FuzzGlobMatch: any pattern and key end quickly (no backtracking blow-up)
+// without a panic, and a key matches the pattern made of its own bytes,
+// escaped.
+func FuzzGlobMatch(f *testing.F) {
+	f.Add("co{t1?}:r*", "co{t12}:r5")
+	f.Add("*a*a*a*a*a*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+	f.Add("[^a-", "b")
+	f.Fuzz(func(t *testing.T, pattern, key string) {
+		_ = globMatch(pattern, key)
+		var esc []byte
+		for i := 0; i < len(key); i++ {
+			esc = append(esc, '\\', key[i])
+		}
+		if !globMatch(string(esc), key) || !globMatch("*", key) {
+			t.Fatalf("%q does not match its escaped self or *", key)
+		}
+	})
+}

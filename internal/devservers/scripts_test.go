@@ -105,3 +105,92 @@ func TestScriptsAsRedisRunsThem(t *testing.T) {
 		}
 	}
 }
+
+// TestScanPagesAsRedis: SCAN goes page by page over the store's index
+// (miniredis returned every key in one reply, under the store's lock); the
+// keys it returns for a pattern are those redis-server's KEYS returns, and a
+// key deleted or added during the scan does not disturb the others.
+func TestScanPagesAsRedis(t *testing.T) {
+	t.Parallel()
+	real := testenv.NewRedis(t).Client(t)
+	s := start(t, devservers.Options{RedisDir: t.TempDir()})
+	defer s.Close()
+	emb := client(t, s)
+	ctx := context.Background()
+	var keys []string
+	for i := range 2500 {
+		keys = append(keys, fmt.Sprintf("co{t%d}:r%d", i%37, i), fmt.Sprintf("other:%d", i))
+	}
+	keys = append(keys, "a*b", "a?b", "a[b", "ab", "a\\b", "x-y", "[]")
+	for _, db := range []*redis.Client{real, emb} {
+		p := db.Pipeline()
+		for _, k := range keys {
+			p.Set(ctx, k, "v", 0)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scanAll := func(pattern string, count int64, during func()) map[string]bool {
+		got := map[string]bool{}
+		var cursor uint64
+		for pages := 0; ; pages++ {
+			ks, next, err := emb.Scan(ctx, cursor, pattern, count).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range ks {
+				got[k] = true
+			}
+			if pages == 2 && during != nil {
+				during()
+			}
+			if cursor = next; cursor == 0 {
+				return got
+			}
+			if pages > 10000 {
+				t.Fatal("SCAN does not end")
+			}
+		}
+	}
+	for _, pattern := range []string{"*", "co{t3}:*", "co{t1?}:r*", "other:1*", "a\\*b", "a?b", "a[*]b", "a[^b]b", "a[a-c]*", "x[a-]y", "a\\\\b", "[[]*", "*:r2[0-4]9"} {
+		want, err := real.Keys(ctx, pattern).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := scanAll(pattern, 100, nil)
+		if len(got) != len(want) {
+			t.Errorf("SCAN MATCH %q: %d keys, redis KEYS %d", pattern, len(got), len(want))
+		}
+		for _, k := range want {
+			if !got[k] {
+				t.Errorf("SCAN MATCH %q misses %q", pattern, k)
+				break
+			}
+		}
+	}
+	// Changes during a scan: the keys present throughout all come back.
+	got := scanAll("co{*", 200, func() {
+		emb.Del(ctx, "co{t0}:r0", "co{t1}:r1")
+		emb.Set(ctx, "co{new}:x", "v", 0)
+	})
+	for _, k := range keys {
+		if strings.HasPrefix(k, "co{") && k != "co{t0}:r0" && k != "co{t1}:r1" && !got[k] {
+			t.Fatalf("a key present throughout the scan was not returned: %s", k)
+		}
+	}
+	if got["co{t0}:r0"] && emb.Exists(ctx, "co{t0}:r0").Val() == 1 {
+		t.Error("a deleted key still exists")
+	}
+	// TYPE, and a cursor that is not one.
+	emb.HSet(ctx, "co{h}:1", "f", "v")
+	if ks := scanAll("co{*", 1000, nil); !ks["co{h}:1"] {
+		t.Error("the hash is not scanned")
+	}
+	if ks, next, err := emb.ScanType(ctx, 0, "co{*", 100000, "hash").Result(); err != nil || next != 0 || len(ks) != 1 || ks[0] != "co{h}:1" {
+		t.Errorf("SCAN TYPE hash: %v %d %v", ks, next, err)
+	}
+	if ks, next, err := emb.Scan(ctx, 12345, "*", 10).Result(); err != nil || next != 0 || len(ks) != 0 {
+		t.Errorf("SCAN of an unknown cursor: %v %d %v", ks, next, err)
+	}
+}

@@ -71,12 +71,13 @@ type store struct {
 	busy     bool                        // one is
 	stats    Stats
 
-	scripts    map[string]*script // compiled scripts by SHA-1 (scripts.go)
-	scriptPeer *server.Peer       // the connection their redis.call runs on
-	sbuf       *bytes.Buffer      // its replies
-	sw         *bufio.Writer      // writes into sbuf
-	sdb        int                // its selected database
-	sr, ir     *bufio.Reader      // read sbuf and ibuf (one reader each, not one per call)
+	scripts    map[string]*script    // compiled scripts by SHA-1 (scripts.go)
+	scriptPeer *server.Peer          // the connection their redis.call runs on
+	sbuf       *bytes.Buffer         // its replies
+	sw         *bufio.Writer         // writes into sbuf
+	sdb        int                   // its selected database
+	sr, ir     *bufio.Reader         // read sbuf and ibuf (one reader each, not one per call)
+	scans      map[uint64]*scanState // SCAN cursors under way (scan.go)
 }
 
 // dbKey is a key of one database.
@@ -299,6 +300,10 @@ func (s *store) outer(c *server.Peer, cmd string, args []string) uint64 {
 		s.cur = map[dbKey]*touch{}
 		s.scripting(c, cmd, args)
 		s.record()
+	case "SCAN":
+		if inTx || !s.scan(c, ps.db, args) {
+			s.run(c, cmd, args)
+		}
 	case "FLUSHALL", "FLUSHDB":
 		if inTx {
 			c.WriteError("ERR the embedded store does not take " + cmd + " inside MULTI")
