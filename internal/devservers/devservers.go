@@ -44,7 +44,8 @@ type Options struct {
 	// command comes (DefaultExpireEvery); a command deletes them first.
 	ExpireEvery time.Duration
 	// CompactAfter: a snapshot is written once the journal since the last
-	// one is this large and larger than the snapshot (DefaultCompactAfter).
+	// one is this large and larger than the snapshot (DefaultCompactAfter):
+	// a start replays at most about that much.
 	CompactAfter int64
 	Logger       *slog.Logger // restores, compactions, failures; nil discards
 	// Fatal is called when the journal cannot be written: the change is
@@ -60,7 +61,7 @@ type Options struct {
 const (
 	DefaultFsyncEvery   = time.Second
 	DefaultExpireEvery  = 100 * time.Millisecond
-	DefaultCompactAfter = 64 << 20
+	DefaultCompactAfter = 16 << 20
 )
 
 // Servers are the running development servers.
