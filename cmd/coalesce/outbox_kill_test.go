@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -100,21 +97,12 @@ func TestOutboxSurvivesAKilledEmbeddedDaemon(t *testing.T) {
 	read := func() {
 		clear(items)
 		clear(releases)
-		jobs = 0
-		raw, _ := os.ReadFile(jobsFile)
-		sc := bufio.NewScanner(bytes.NewReader(raw))
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
-				var j worker.Document
-				if err := json.Unmarshal(line, &j); err != nil {
-					t.Fatalf("job line %s: %v", line, err)
-				}
-				jobs++
-				releases[j.Release]++
-				for _, it := range j.Summary.Items {
-					items[string(it)]++
-				}
+		docs := readNDJSON[worker.Document](t, jobsFile)
+		jobs = len(docs)
+		for _, j := range docs {
+			releases[j.Release]++
+			for _, it := range j.Summary.Items {
+				items[string(it)]++
 			}
 		}
 	}
