@@ -194,8 +194,11 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		if *pending > 0 {
 			// Another producer's rounds: the measured Coalescer starts
-			// knowing none of them (as its local joins would).
-			other, err := debounce.New(dcfg)
+			// knowing none of them. Without local joins the opener keeps no
+			// table of them in this process's heap (only the store does).
+			ocfg := dcfg
+			ocfg.LocalJoins = debounce.LocalJoinsOff
+			other, err := debounce.New(ocfg)
 			if err != nil {
 				return err
 			}
