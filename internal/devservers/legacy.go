@@ -57,17 +57,3 @@ func readLegacy(path string, apply func(record) error) (written time.Time, found
 	}
 	return s.Written, true, nil
 }
-
-// writeLegacy writes a format-1 snapshot (tests: a data folder of an older
-// build).
-func writeLegacy(path string, written time.Time, keys []legacySnapshotKey) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := gob.NewEncoder(f).Encode(legacySnapshotFile{Version: legacySnapshotVersion, Written: written, Keys: keys}); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
