@@ -16,6 +16,7 @@ import (
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/fingerprint"
+	"github.com/coalesce-io/coalesce/internal/devservers"
 	"github.com/coalesce-io/coalesce/internal/testenv"
 )
 
@@ -28,8 +29,9 @@ type backend struct {
 	mini *miniredis.Miniredis // nil for a real server
 }
 
-// backends returns miniredis, the shared real redis-server and the shared
-// three-node Redis Cluster.
+// backends returns miniredis, the shared real redis-server, the shared
+// three-node Redis Cluster, and the embedded default's store (miniredis
+// driven by internal/devservers: journaled, real-time expiry).
 func backends(t *testing.T) []backend {
 	t.Helper()
 	m, mc := testenv.Miniredis(t)
@@ -37,7 +39,23 @@ func backends(t *testing.T) []backend {
 		{name: "miniredis", rdb: mc, mini: m},
 		{name: "redis", rdb: testenv.SharedRedis(t).Client(t)},
 		{name: "cluster", rdb: testenv.SharedCluster(t).Client(t)},
+		{name: "embedded", rdb: embeddedRedis(t)},
 	}
+}
+
+// embeddedRedis is the store `coalesce serve` runs with no Redis
+// configured, journaling into a folder of the test's.
+func embeddedRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	s, err := devservers.Start(devservers.Options{NATSListen: "127.0.0.1:0", NoNATS: true, RedisListen: "127.0.0.1:0",
+		DataDir: t.TempDir(), RedisDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: s.RedisAddr, DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }
 
 // fakeClock is the injected clock. On miniredis it also moves the server's

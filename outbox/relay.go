@@ -76,8 +76,13 @@ type Config struct {
 	// the outbox instead. One that lands after all is found by the retry,
 	// which joins the round it opened.
 	SubmitTimeout time.Duration
-	Logger        *slog.Logger // default: discard
-	Hooks         Hooks
+	// Durable, when set, is called after a pass's decisions and before
+	// their rows are deleted; it returns once the store holds every
+	// decision made so far durably (the embedded store fsyncs its journal).
+	// An error keeps the rows, to be relayed again.
+	Durable func(ctx context.Context) error
+	Logger  *slog.Logger // default: discard
+	Hooks   Hooks
 }
 
 // Hooks are called as rows are relayed; nil funcs are skipped. They must be
@@ -406,6 +411,11 @@ func (r *Relay) Once(ctx context.Context) (Pass, error) {
 	// or the rows would be relayed (and counted) twice.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PassTimeout)
 	defer cancel()
+	if len(done) > 0 && r.cfg.Durable != nil {
+		if err := r.cfg.Durable(fctx); err != nil {
+			return p, fmt.Errorf("outbox: relay: the store could not make the decisions durable (the %d rows decided stay, to be relayed again): %w", len(done), err)
+		}
+	}
 	if len(done) > 0 {
 		if _, err := tx.Exec(fctx, deleteSQL, done); err != nil {
 			return p, fmt.Errorf("outbox: relay: delete decided rows: %w", err)

@@ -228,3 +228,36 @@ func TestNATSDownRowsWait(t *testing.T) {
 	}
 	e.waitBacklog(0, 5*time.Second)
 }
+
+// TestRelayWaitsForTheStoreBeforeDeleting: with Config.Durable set (the
+// embedded store's journal fsync), rows are deleted only after it returned,
+// and kept (to be relayed again) while it fails.
+func TestRelayWaitsForTheStoreBeforeDeleting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, orders)
+	var failing atomic.Bool
+	var calls atomic.Int64
+	failing.Store(true)
+	e.relay(func(c *outbox.Config) {
+		c.Durable = func(context.Context) error {
+			calls.Add(1)
+			if failing.Load() {
+				return errors.New("the journal could not be fsynced")
+			}
+			return nil
+		}
+	})
+	for order := 1; order <= 3; order++ {
+		e.commit(1, order)
+	}
+	for deadline := time.Now().Add(20 * time.Second); calls.Load() < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Durable called %d times", calls.Load())
+		}
+	}
+	if n := e.backlog(); n != 3 {
+		t.Fatalf("the relay deleted rows whose decisions the store did not hold durably: %d of 3 left", n)
+	}
+	failing.Store(false)
+	e.waitBacklog(0, 20*time.Second)
+}

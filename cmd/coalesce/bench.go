@@ -22,7 +22,7 @@ import (
 	"github.com/coalesce-io/coalesce/publisher"
 )
 
-const benchSynopsis = `bench [--events N --keys K --concurrency C --mode M --window D --payload P] [--redis URL --nats URL | --config FILE] [--http URL [--batch N]]
+const benchSynopsis = `bench [--events N --keys K --concurrency C --mode M --window D --payload P --pending N] [--redis URL --nats URL | --config FILE] [--http URL [--batch N]]
 
 A load generator: N events over K keys ("tenant-<i mod K>"), C in flight,
 through the library (a Coalescer on the Redis and NATS given, publishing
@@ -54,11 +54,15 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	prefix := fs.String("prefix", "b", "library: Redis key prefix (runs with one prefix within a window join each other's rounds)")
 	idemKeys := fs.Bool("idempotency-keys", false, "give every event an idempotency key (a fresh one each), as the clients do")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured run to this file (go tool pprof)")
+	pending := fs.Int("pending", 0, "library: open this many rounds of other keys first (as another producer), so the measured run meets a store holding them")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *events < 1 || *keys < 1 || *conc < 1 {
 		return usagef("--events, --keys and --concurrency must be at least 1")
+	}
+	if *pending < 0 || (*pending > 0 && *httpURL != "") {
+		return usagef("--pending must be a positive count of rounds, and works through the library (not with --http)")
 	}
 	p := debounce.Policy{Type: *jobType, Mode: debounce.Mode(*mode), Window: *window, Payload: debounce.Payload(*payload), KeyFields: []string{"tenant_id"}}
 	switch *mode {
@@ -199,6 +203,23 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		if err != nil {
 			return err
 		}
+		if *pending > 0 {
+			// Another producer's rounds: the measured Coalescer starts
+			// knowing none of them. Without local joins the opener keeps no
+			// table of them in this process's heap (only the store does).
+			ocfg := dcfg
+			ocfg.LocalJoins = debounce.LocalJoinsOff
+			other, err := debounce.New(ocfg)
+			if err != nil {
+				return err
+			}
+			if err := openPending(ctx, other, *jobType, *pending, *conc); err != nil {
+				return err
+			}
+			res.Pending = *pending
+			opened.Store(0)
+			published.Store(0)
+		}
 		rdb = conns.Redis
 		res.Via = "library"
 		argsOf := func(i int) json.RawMessage {
@@ -251,6 +272,35 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		return exitError{exitFailure}
 	}
 	return nil
+}
+
+// openPending opens n rounds of keys the measured run does not use.
+func openPending(ctx context.Context, co *debounce.Coalescer, jobType string, n, conc int) error {
+	next := atomic.Int64{}
+	errs := make(chan error, conc)
+	for range conc {
+		go func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					errs <- nil
+					return
+				}
+				args := fmt.Appendf(nil, `{"tenant_id":"pending-%d","seq":%d}`, i, i)
+				if _, err := co.Submit(ctx, debounce.Event{Type: jobType, Args: args}); err != nil {
+					errs <- fmt.Errorf("bench: opening the pending rounds: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	var first error
+	for range conc {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // purgeBenchStream drops the bench's jobs so they do not run anywhere.

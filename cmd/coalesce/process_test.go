@@ -491,6 +491,11 @@ func TestServeRealRedisWithEmbeddedNATS(t *testing.T) {
 	if !strings.Contains(serve.out.String(), "Redis is configured but NATS is not") {
 		t.Errorf("serve does not say it runs the embedded NATS beside the real Redis:\n%s", serve.out.String())
 	}
+	// No embedded Redis runs: nothing may be said about restoring one
+	// (issue 29: it logged "embedded redis: no snapshot...").
+	if out := serve.out.String(); strings.Contains(out, "embedded redis") {
+		t.Errorf("serve --redis talks of an embedded Redis:\n%s", out)
+	}
 	jobs := filepath.Join(dir, "jobs.ndjson")
 	work := start(t, "work", "--config", cfgPath, "--type", "recompute_financials", "--exec", "cat >> "+jobs+"; echo >> "+jobs)
 	if code, out, stderr := runBin(t, "", "submit", "--server", base, "--type", "recompute_financials", "--args", `{"tenant_id":3}`); code != 0 || !strings.Contains(out, "scheduled") {

@@ -61,9 +61,9 @@ type Kill struct {
 	At       int64 // unix ns
 }
 
-// unflushedWindow bounds how long before its producer's SIGKILL a locally
-// joined event may still wait for its flush (2 ms, plus the flush's round
-// trip under the scenarios' injected latency).
+// unflushedWindow bounds how long after its answer, before its producer's
+// SIGKILL, a locally joined event may still wait for its flush (2 ms, plus
+// the flush's round trip under the scenarios' injected latency).
 const unflushedWindow = int64(250 * time.Millisecond)
 
 // Causes of a concurrent duplicate round (I2).

@@ -59,14 +59,25 @@ type txLine struct {
 // event whose commit returned is an item of a job that started after the
 // commit; no rolled-back event reaches a job; nothing is left in the
 // outbox or moved to its dead rows.
-func TestChaosOutbox(t *testing.T) {
+func TestChaosOutbox(t *testing.T) { chaosOutbox(t, false) }
+
+// TestChaosOutboxEmbedded is scenario 14b: as 14, with one `coalesce serve`
+// relaying on its embedded default (the workers connected to its NATS and
+// Redis), SIGKILLed every 1-2 s and started again on its data folder. The
+// relay deletes each row once decided, so the embedded Redis's journal is
+// all that keeps those events.
+func TestChaosOutboxEmbedded(t *testing.T) { chaosOutbox(t, true) }
+
+func chaosOutbox(t *testing.T, embedded bool) {
 	long := os.Getenv("COALESCE_CHAOS_LONG") == "1"
 	if testing.Short() && !long {
 		t.Skip("chaos suite: skipped with -short")
 	}
-	loadFor, limit := 10*time.Second, 60*time.Second
+	// The long form runs at least 2 minutes and until 100,000 events are
+	// committed (at most 40 minutes).
+	loadFor, target, limit := 10*time.Second, 0, 60*time.Second
 	if long {
-		loadFor, limit = 2*time.Minute, 3*time.Minute
+		loadFor, target, limit = 2*time.Minute, 100_000, 3*time.Minute
 	}
 	bins := buildBinaries(t)
 	producerBin := filepath.Join(t.TempDir(), "chaosproducer")
@@ -93,20 +104,35 @@ func TestChaosOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e := &env{t: t, dir: scenarioDir(t, "14-outbox"), proxies: map[string]*Proxy{}, jobOffsets: map[string]int64{}, redisKeeps: true}
-	e.redis = testenv.NewRedisWith(t, "--appendonly", "yes", "--appendfsync", "everysec")
-	e.nats = testenv.NATSProcess(t)
-	e.natsURL = e.nats.URL
+	name := "14-outbox"
+	if embedded {
+		name = "14b-outbox-embedded"
+	}
+	e := &env{t: t, dir: scenarioDir(t, name), proxies: map[string]*Proxy{}, jobOffsets: map[string]int64{}, redisKeeps: true}
 	cfg := filepath.Join(e.dir, "coalesce.yaml")
 	if err := os.WriteFile(cfg, []byte(outboxYAML(pg.URL)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	redisURL := "redis://" + e.redis.Addr + "/0"
-	for _, name := range []string{"r0", "r1"} {
-		p := &proc{name: name, bin: bins.coalesce, dir: e.dir, addr: freeAddr(t), outArgs: func(int) []string { return nil }}
-		p.args = []string{"serve", "--config", cfg, "--http", p.addr, "--redis", redisURL, "--nats", e.natsURL,
-			"--reap-every", "5s", "--repair-after", "2s"}
-		e.producers = append(e.producers, p) // the relays: heal restarts them
+	var redisURL string
+	relays := []string{"r0", "r1"}
+	if embedded {
+		redisAddr, natsAddr := freeAddr(t), freeAddr(t)
+		redisURL, e.natsURL, relays = "redis://"+redisAddr+"/0", "nats://"+natsAddr, []string{"r0"}
+		p := &proc{name: "r0", bin: bins.coalesce, dir: e.dir, addr: freeAddr(t), outArgs: func(int) []string { return nil }}
+		p.args = []string{"serve", "--config", cfg, "--http", p.addr, "--nats-listen", natsAddr, "--redis-listen", redisAddr,
+			"--data", filepath.Join(e.dir, "data"), "--reap-every", "5s", "--repair-after", "2s"}
+		e.producers = append(e.producers, p) // the relay: heal restarts it
+	} else {
+		e.redis = testenv.NewRedisWith(t, "--appendonly", "yes", "--appendfsync", "everysec")
+		e.nats = testenv.NATSProcess(t)
+		e.natsURL = e.nats.URL
+		redisURL = "redis://" + e.redis.Addr + "/0"
+		for _, name := range relays {
+			p := &proc{name: name, bin: bins.coalesce, dir: e.dir, addr: freeAddr(t), outArgs: func(int) []string { return nil }}
+			p.args = []string{"serve", "--config", cfg, "--http", p.addr, "--redis", redisURL, "--nats", e.natsURL,
+				"--reap-every", "5s", "--repair-after", "2s"}
+			e.producers = append(e.producers, p) // the relays: heal restarts them
+		}
 	}
 	for _, name := range []string{"w0", "w1"} {
 		p := &proc{name: name, bin: bins.worker, dir: e.dir, addr: freeAddr(t), worker: true}
@@ -138,13 +164,26 @@ func TestChaosOutbox(t *testing.T) {
 		}
 	}
 
-	fctx, stopFaults := context.WithTimeout(ctx, loadFor)
+	fctx, stopFaults := context.WithCancel(ctx)
+	go func() {
+		loadStart := time.Now()
+		for sleepCtx(fctx, 2*time.Second) {
+			if time.Since(loadStart) < loadFor {
+				continue
+			}
+			if countCommitted(e.dir) >= target || time.Since(loadStart) > 40*time.Minute {
+				stopFaults()
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		killAndRestart(fctx, e, writers, 700*time.Millisecond, 1500*time.Millisecond, 100*time.Millisecond)
 	})
 	wg.Go(func() { killAndRestart(fctx, e, e.producers, time.Second, 2*time.Second, 200*time.Millisecond) })
-	wg.Go(func() { faultRestartRedis(fctx, e) })
+	if !embedded {
+		wg.Go(func() { faultRestartRedis(fctx, e) })
+	}
 	wg.Wait()
 	stopFaults()
 	for _, p := range writers {
@@ -206,9 +245,9 @@ func TestChaosOutbox(t *testing.T) {
 	e.mu.Lock()
 	faults := len(e.faults)
 	e.mu.Unlock()
-	t.Logf("outbox chaos: %d events committed (%d rolled back), %d jobs started; lost %d, rolled back in a job %d, "+
+	t.Logf("outbox chaos (%s): %d events committed (%d rolled back), %d jobs started; lost %d, rolled back in a job %d, "+
 		"in two jobs %d (relayed again after a relay kill), committed unlogged in a job %d, dead rows %d, outbox left %d; %d faults; settled in %v",
-		len(committed), len(rolledBack), len(e.starts), len(lost), countIn(inJobs, rolledBack), again, unlogged, dead, backlog, faults, time.Since(start).Round(time.Millisecond))
+		name, len(committed), len(rolledBack), len(e.starts), len(lost), countIn(inJobs, rolledBack), again, unlogged, dead, backlog, faults, time.Since(start).Round(time.Millisecond))
 	if len(lost) > 0 {
 		sort.Strings(lost)
 		for _, eid := range lost[:min(5, len(lost))] {
@@ -255,6 +294,28 @@ func readTxLogs(t *testing.T, dir string) (map[string]int64, map[string]bool) {
 		fh.Close()
 	}
 	return committed, rolledBack
+}
+
+// countCommitted counts the events the producers' logs say they committed
+// so far (approximately: a line being written is skipped).
+func countCommitted(dir string) int {
+	n := 0
+	files, _ := filepath.Glob(filepath.Join(dir, "tx-*.jsonl"))
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			var l txLine
+			if json.Unmarshal(sc.Bytes(), &l) == nil && !l.Rollback {
+				n += len(l.EIDs)
+			}
+		}
+		fh.Close()
+	}
+	return n
 }
 
 // coveredItems maps each item (event id) to the latest start of a job

@@ -270,6 +270,11 @@ type Outbox struct {
 	BatchSize   int           `yaml:"batch_size"`  // rows claimed per pass
 	Concurrency int           `yaml:"concurrency"` // round keys decided at once
 	PollEvery   time.Duration `yaml:"poll_every"`  // a pass at least this often without a notification
+	// AllowNonDurableRedis lets the relay run on a Redis that may lose its
+	// decisions (neither AOF nor RDB, or one that does not say): it deletes
+	// each row once decided, so a restart of such a Redis loses the rows'
+	// events for good. By default the relay refuses to start there.
+	AllowNonDurableRedis bool `yaml:"allow_non_durable_redis"`
 }
 
 // Load reads the configuration file at path ("" means none: defaults only),

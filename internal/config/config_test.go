@@ -939,7 +939,7 @@ func TestKnownKeysInOrder(t *testing.T) {
 		{"local_joins", d.tagged(&c.Local), "mode, flush_interval, clock_skew, max_rounds"},
 		{"cron[*]", d.tagged(&r), "name, schedule, timezone, type, args, key"},
 		{"worker", d.tagged(&c.Worker), "concurrency, max_deliver, ack_wait, backoff"},
-		{"outbox", d.tagged(&c.Outbox), "postgres, migrate, batch_size, concurrency, poll_every"},
+		{"outbox", d.tagged(&c.Outbox), "postgres, migrate, batch_size, concurrency, poll_every, allow_non_durable_redis"},
 	} {
 		if got := keyList(tt.fs); got != tt.want {
 			t.Errorf("section %q knows %s, want %s", tt.section, got, tt.want)

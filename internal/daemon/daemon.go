@@ -237,7 +237,8 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 			return fail(fmt.Errorf("embedded: data folder %s: %w", cfg.Embedded.DataDir, err))
 		}
 		dev, err := devservers.Start(devservers.Options{NATSListen: cfg.Embedded.NATSListen, RedisListen: cfg.Embedded.RedisListen,
-			DataDir: cfg.Embedded.DataDir, Snapshot: filepath.Join(cfg.Embedded.DataDir, EmbeddedSnapshot), Logger: log,
+			DataDir: cfg.Embedded.DataDir, RedisDir: filepath.Join(cfg.Embedded.DataDir, EmbeddedRedisDir),
+			LegacySnapshot: filepath.Join(cfg.Embedded.DataDir, legacyEmbeddedSnapshot), Logger: log,
 			NoNATS: !cfg.EmbeddedNATS(), NoRedis: !cfg.EmbeddedRedis()})
 		if errors.Is(err, devservers.ErrAddrInUse) {
 			return fail(fmt.Errorf("%w; another server runs there: stop it, choose --nats-listen/--redis-listen, or point coalesce at it with --redis and --nats", err))
@@ -257,13 +258,13 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		}
 		switch {
 		case cfg.EmbeddedRedis() && cfg.EmbeddedNATS():
-			log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis), both kept in the data folder: schedules in the NATS store, reservations in a snapshot written every second and at a graceful stop (a SIGKILL loses the reservations changed since the last snapshot, about a second's worth)",
+			log.Warn("single-node development mode: no Redis or NATS configured, so coalesce runs an in-process NATS JetStream and an in-process Redis (miniredis), both kept in the data folder: schedules in the NATS store, reservations in a journal written before each answer and fsynced every second (a kill of the process loses nothing, a crash of the machine up to the last second)",
 				"nats", redact.URL(dev.NATSURL), "redis", redact.URL(dev.RedisURL), "data_dir", cfg.Embedded.DataDir)
 		case cfg.EmbeddedNATS():
 			log.Warn("development mode: Redis is configured but NATS is not, so coalesce runs an in-process NATS JetStream beside your Redis, its store in the data folder",
 				"nats", redact.URL(dev.NATSURL), "redis", redact.URL(redisURL), "data_dir", cfg.Embedded.DataDir)
 		default:
-			log.Warn("development mode: NATS is configured but Redis is not, so coalesce runs an in-process Redis (miniredis) beside your NATS, kept in a snapshot in the data folder (a SIGKILL loses about a second of reservations)",
+			log.Warn("development mode: NATS is configured but Redis is not, so coalesce runs an in-process Redis (miniredis) beside your NATS, kept in a journal in the data folder (written before each answer, fsynced every second)",
 				"redis", redact.URL(dev.RedisURL), "nats", redact.URL(natsURLs[0]), "data_dir", cfg.Embedded.DataDir)
 		}
 		log.Warn("for production point coalesce at real servers: --redis redis://host:6379/0 --nats nats://host:4222 (NATS 2.12 or later, Redis 7 with maxmemory-policy noeviction), or redis/nats in the config file")
@@ -349,11 +350,11 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		persistence = info.Persistence.String()
 	}
 	if c.Embedded {
-		persistence = "snapshot in the data folder every second and at a graceful stop"
+		persistence = "journal in the data folder: written before each answer, fsynced every second"
 	}
 	log.Info("connected", "redis_version", info.Version, "redis_eviction", info.EvictionPolicy, "redis_persistence", persistence,
 		"redis_replica_acks", c.Coalescer.ReplicaAcks(ctx), "nats_version", c.Publisher.ServerVersion(), "stream", c.Publisher.Stream(), "policies", len(cfg.Policies))
-	if c.Dev != nil {
+	if c.Embedded {
 		logRestore(ctx, c, log)
 	}
 	return c, nil
@@ -367,23 +368,40 @@ func unwrapJoined(err error) []error {
 	return []error{err}
 }
 
-// EmbeddedSnapshot is the in-process Redis's snapshot file, in the data folder.
-const EmbeddedSnapshot = "redis.snapshot"
+// EmbeddedRedisDir is the in-process Redis's folder (snapshot and
+// journal), in the data folder.
+const EmbeddedRedisDir = "redis"
 
-// logRestore says what the in-process Redis got back from its snapshot.
+// legacyEmbeddedSnapshot is the one-file snapshot of builds before the
+// journal, read once if found.
+const legacyEmbeddedSnapshot = "redis.snapshot"
+
+// logRestore says what the in-process Redis got back from its folder: how
+// many rounds and keys, and up to when.
 func logRestore(ctx context.Context, c *Conns, log *slog.Logger) {
 	r := c.Dev.Restored
 	if !r.Found {
-		log.Info("embedded redis: no snapshot in the data folder; starting with no rounds")
+		log.Info("embedded redis: nothing in the data folder yet; starting with no rounds")
 		return
 	}
 	rounds, err := c.Coalescer.CountRounds(ctx)
 	if err != nil {
 		log.Warn("embedded redis: could not count the restored rounds", "err", err)
 	}
-	log.Info("embedded redis: restored from its snapshot", "rounds", rounds, "keys", r.Keys,
-		"expired_while_down", r.Expired, "snapshot_written", r.Written.UTC().Format(time.RFC3339Nano),
-		"snapshot_age", time.Since(r.Written).Round(time.Millisecond))
+	attrs := []any{"rounds", rounds, "keys", r.Keys, "expired_while_down", r.Expired, "journal_writes", r.Frames}
+	if !r.SnapshotWritten.IsZero() {
+		attrs = append(attrs, "snapshot_taken", r.SnapshotWritten.UTC().Format(time.RFC3339Nano))
+	}
+	if latest := r.Latest(); !latest.IsZero() {
+		attrs = append(attrs, "last_write", latest.UTC().Format(time.RFC3339Nano), "last_write_age", time.Since(latest).Round(time.Millisecond))
+	}
+	if r.TornBytes > 0 {
+		attrs = append(attrs, "torn_bytes_dropped", r.TornBytes)
+	}
+	if r.Legacy {
+		attrs = append(attrs, "from", "the snapshot file of an older build (rewritten)")
+	}
+	log.Info("embedded redis: restored from its journal", attrs...)
 }
 
 func joinURLs(urls []string) string {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -66,6 +67,10 @@ func StartOutbox(ctx context.Context, cfg *config.Config, c *Conns, m *Metrics, 
 	if oc.Postgres == "" {
 		return func() {}, nil
 	}
+	durable, err := outboxStore(ctx, cfg, c, log)
+	if err != nil {
+		return nil, err
+	}
 	where := redact.URL(oc.Postgres)
 	pool, err := pgxpool.New(ctx, oc.Postgres)
 	if err != nil {
@@ -100,6 +105,15 @@ func StartOutbox(ctx context.Context, cfg *config.Config, c *Conns, m *Metrics, 
 	}
 	rcfg := outbox.Config{Pool: pool, Coalescer: co, BatchSize: oc.BatchSize, Concurrency: oc.Concurrency,
 		PollEvery: oc.PollEvery, Logger: log}
+	if durable != nil {
+		rcfg.Durable = func(ctx context.Context) error {
+			// Locally joined rows reach the store with the flush.
+			if err := co.Flush(ctx); err != nil {
+				return err
+			}
+			return durable()
+		}
+	}
 	if m != nil {
 		rcfg.Hooks = newOutboxMetrics(m).hooks(m)
 	}
@@ -123,6 +137,41 @@ func StartOutbox(ctx context.Context, cfg *config.Config, c *Conns, m *Metrics, 
 			pool.Close()
 		})
 	}, nil
+}
+
+// outboxStore checks that the store the relay decides into keeps what it
+// is told: the relay deletes a row once decided, so a store that loses the
+// decision loses the row's event for good. The embedded Redis is durable
+// once its journal is fsynced: durable is that barrier, for the relay to
+// call before it deletes rows. A Redis with neither AOF nor RDB, or one
+// that does not say, is refused unless outbox.allow_non_durable_redis.
+func outboxStore(ctx context.Context, cfg *config.Config, c *Conns, log *slog.Logger) (durable func() error, err error) {
+	if c.Embedded {
+		if c.Dev == nil || !c.Dev.RedisPersisted() {
+			return nil, errors.New("outbox: the embedded Redis keeps its data in memory only, so the relay would delete rows whose decisions a restart loses; give it a data folder (embedded.data_dir)")
+		}
+		return c.Dev.SyncRedis, nil
+	}
+	info, _ := debounce.CheckServer(ctx, c.Redis) // its eviction and version findings are Connect's
+	allow := cfg.Outbox.AllowNonDurableRedis
+	var problem string
+	switch p := info.Persistence; {
+	case p == nil:
+		problem = "the relay cannot tell whether Redis keeps its data across a restart (CONFIG GET appendonly/save is not answered)"
+	case p.None():
+		problem = "Redis has neither AOF nor RDB persistence (appendonly no, save \"\"), so a restart of it loses the decisions of rows the relay has already deleted"
+	case !p.AOF:
+		log.Warn("outbox: Redis keeps its data in RDB snapshots only (save "+p.Save+"): a restart of it loses the decisions made since the last snapshot, whose rows the relay has deleted; turn on appendonly yes",
+			"redis_persistence", p.String())
+	}
+	switch {
+	case problem == "":
+		return nil, nil
+	case allow:
+		log.Warn("outbox: " + problem + "; relaying anyway because outbox.allow_non_durable_redis is true: committed events can be lost")
+		return nil, nil
+	}
+	return nil, fmt.Errorf("outbox: %s. Turn on appendonly yes (appendfsync everysec, or always to survive a crash of the machine too) on that Redis, or, knowing that committed events can then be lost, set outbox.allow_non_durable_redis: true", problem)
 }
 
 // outboxTablesExist refuses to relay from a database the migration has not

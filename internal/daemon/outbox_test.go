@@ -50,8 +50,22 @@ func TestStartOutbox(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	m := daemon.NewMetrics("sync")
 
+	// A Redis that keeps nothing across a restart is refused first: the
+	// relay deletes rows once decided.
+	if _, err := daemon.StartOutbox(ctx, cfg, conns, m, log); err == nil || !strings.Contains(err.Error(), "neither AOF nor RDB") ||
+		!strings.Contains(err.Error(), "appendonly yes") || !strings.Contains(err.Error(), "outbox.allow_non_durable_redis: true") {
+		t.Fatalf("a Redis without persistence: %v", err)
+	}
+	cfg.Outbox.AllowNonDurableRedis = true // told explicitly: on to the next check
 	if _, err := daemon.StartOutbox(ctx, cfg, conns, m, log); err == nil || !strings.Contains(err.Error(), "coalesce outbox migrate") || !strings.Contains(err.Error(), "outbox.postgres") {
 		t.Fatalf("no tables: %v", err)
+	}
+	cfg.Outbox.AllowNonDurableRedis = false
+	if err := rdb.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := daemon.StartOutbox(ctx, cfg, conns, m, log); err == nil || !strings.Contains(err.Error(), "coalesce outbox migrate") {
+		t.Fatalf("no tables, Redis with AOF: %v", err)
 	}
 	cfg.Outbox.Migrate = true
 	stop, err := daemon.StartOutbox(ctx, cfg, conns, m, log)
@@ -79,6 +93,14 @@ func TestStartOutbox(t *testing.T) {
 	}
 	stop()
 	stop() // twice is harmless
+
+	// A server that does not say whether it persists (CONFIG refused, as
+	// miniredis or some managed Redis) is refused too, unless told.
+	_, mc := testenv.Miniredis(t)
+	mconns := &daemon.Conns{Redis: mc, Publisher: pub}
+	if _, err := daemon.StartOutbox(ctx, cfg, mconns, m, log); err == nil || !strings.Contains(err.Error(), "cannot tell whether Redis keeps its data") {
+		t.Fatalf("a Redis that does not answer CONFIG: %v", err)
+	}
 
 	cfg.Outbox.Postgres = "postgres://app:s3cret@127.0.0.1:1/app?connect_timeout=2"
 	if _, err := daemon.StartOutbox(ctx, cfg, conns, m, log); err == nil || !strings.Contains(err.Error(), "outbox.postgres") || strings.Contains(err.Error(), "s3cret") {
