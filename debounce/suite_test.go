@@ -17,6 +17,7 @@ import (
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/fingerprint"
 	"github.com/coalesce-io/coalesce/internal/testenv"
+	"github.com/coalesce-io/coalesce/internal/vredis"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -28,15 +29,19 @@ type backend struct {
 	mini *miniredis.Miniredis // nil for a real server
 }
 
-// backends returns miniredis, the shared real redis-server and the shared
-// three-node Redis Cluster.
+// backends returns miniredis, the shared real redis-server, the shared
+// three-node Redis Cluster and the simulator's in-process Redis (vredis, on
+// real time: it must behave as a real server does).
 func backends(t *testing.T) []backend {
 	t.Helper()
 	m, mc := testenv.Miniredis(t)
+	v := vredis.New(time.Now)
+	t.Cleanup(v.Close)
 	return []backend{
 		{name: "miniredis", rdb: mc, mini: m},
 		{name: "redis", rdb: testenv.SharedRedis(t).Client(t)},
 		{name: "cluster", rdb: testenv.SharedCluster(t).Client(t)},
+		{name: "vredis", rdb: v.Client()},
 	}
 }
 
