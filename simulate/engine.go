@@ -178,19 +178,18 @@ func (s *sim) schedule(at time.Time, kind actionKind, d *delivery) *action {
 	return a
 }
 
-// run replays the events, then lets every pending round run.
-func (s *sim) run(ctx context.Context, events iter.Seq2[Event, error]) (*Result, error) {
-	start := time.Now()
+// replay replays the events, then lets every pending round run.
+func (s *sim) replay(ctx context.Context, events iter.Seq2[Event, error]) error {
 	n := 0
 	for ev, err := range events {
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if n++; n%4096 == 0 && ctx.Err() != nil {
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 		if err := s.until(ctx, ev.At); err != nil {
-			return nil, err
+			return err
 		}
 		if ev.At.After(s.now) {
 			s.now = ev.At
@@ -200,15 +199,10 @@ func (s *sim) run(ctx context.Context, events iter.Seq2[Event, error]) (*Result,
 		}
 		s.to = ev.At
 		if err := s.submit(ctx, ev); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := s.until(ctx, time.Time{}); err != nil {
-		return nil, err
-	}
-	r := s.result()
-	r.Took = time.Since(start)
-	return r, nil
+	return s.until(ctx, time.Time{})
 }
 
 // until runs the actions due before t (all of them for the zero time).
@@ -429,7 +423,8 @@ func (s *sim) joined(r *roundState, k *keyState, index int, ev Event, d debounce
 	if s.cfg.OnEvent != nil || s.cfg.OnJob != nil {
 		r.events = append(r.events, TraceEvent{Index: index, Line: ev.Line, At: ev.At, Type: ev.Type, Key: k.name(), Outcome: d.Outcome})
 	}
-	if d.Outcome == debounce.OutcomeExtended {
+	if !d.DueAt.IsZero() && !d.DueAt.Equal(r.due) && r.count > 1 {
+		// Extended, or filled (accumulate): due now.
 		r.due = d.DueAt
 		if r.tl >= 0 {
 			tr := &k.timeline.Rounds[r.tl]

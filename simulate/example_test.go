@@ -31,7 +31,7 @@ func Example() {
 	}
 	t := res.Types[0]
 	fmt.Printf("%d events, %d jobs, %.2f events per job, longest wait %v\n", t.Events, t.Jobs, t.EventsPerJob, t.LatencyMax)
-	// Output: 5 events, 3 jobs, 1.67 events per job, longest wait 10.25s
+	// Output: 5 events, 3 jobs, 1.67 events per job, longest wait 10.125s
 }
 
 // Compare two windows side by side: a longer window runs fewer jobs and
@@ -64,9 +64,9 @@ func ExampleWriteTable() {
 	//   opened                    3          2
 	//   joined                    2          3
 	//   dropped                   0          0
-	//   p50_latency           5.25s    1m0.25s
-	//   p99_latency           5.25s    1m0.25s
-	//   max_latency           5.25s    1m0.25s
+	//   p50_latency          5.125s   1m0.125s
+	//   p99_latency          5.125s   1m0.125s
+	//   max_latency          5.125s   1m0.125s
 	//   cap                      5s         1m
 	//   max_jobs_per_key    1 in 5s    1 in 1m
 	//   keys                      2          2

@@ -118,11 +118,11 @@ func lookupMetric(name string) (metric, bool) {
 	return metric{}, false
 }
 
-// FormatDuration prints a duration shortly: 850ms, 10.25s, 1m0.25s,
+// FormatDuration prints a duration shortly: 850ms, 10.125s, 1m0.25s,
 // 12m30s, 2h5m.
 func FormatDuration(d time.Duration) string {
 	seconds := func(d time.Duration) string {
-		s := strconv.FormatFloat(d.Seconds(), 'f', 2, 64)
+		s := strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', 3, 64)
 		return strings.TrimSuffix(strings.TrimRight(strings.TrimRight(s, "0"), "."), ".") + "s"
 	}
 	switch {

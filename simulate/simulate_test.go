@@ -43,6 +43,9 @@ type run struct {
 
 func simulateLog(t *testing.T, cfg simulate.Config, log string) run {
 	t.Helper()
+	if cfg.Lateness == 0 {
+		cfg.Lateness = 250 * time.Millisecond // the expectations count with it
+	}
 	var r run
 	cfg.OnEvent = func(e simulate.TraceEvent) {
 		for len(r.events) <= e.Index {
@@ -153,7 +156,7 @@ const (
 
 // TestModes checks each mode's jobs against what its semantics say, worked
 // out by hand: which events each job covers and when it starts (due time
-// plus the 250 ms default lateness, or at once).
+// plus a 250 ms lateness, or at once).
 func TestModes(t *testing.T) {
 	t.Parallel()
 	keyed := func(p debounce.Policy) debounce.Policy { p.Type, p.KeyFields = "t", []string{"tenant_id"}; return p }
@@ -440,5 +443,35 @@ func TestCompareTradeOff(t *testing.T) {
 	}
 	if jobs[1] >= jobs[0] || p50[1] <= p50[0] {
 		t.Errorf("window 5s: %d jobs p50 %v; 30s: %d jobs p50 %v: want fewer jobs, longer waits", jobs[0], p50[0], jobs[1], p50[1])
+	}
+}
+
+// TestParallelSameResult: on several goroutines (keys split among them)
+// the figures are the ones of one goroutine.
+func TestParallelSameResult(t *testing.T) {
+	t.Parallel()
+	policies := []debounce.Policy{
+		{Type: "fixed", Mode: debounce.ModeDebounce, Window: 2 * time.Second, KeyFields: []string{"tenant_id"}},
+		{Type: "extend", Mode: debounce.ModeDebounce, Window: time.Second, Extend: true, MaxWait: 4 * time.Second, KeyFields: []string{"tenant_id"}},
+		{Type: "accum", Mode: debounce.ModeDebounce, Window: 2 * time.Second, Payload: debounce.PayloadAccumulate, ItemField: "item", MaxItems: 5, KeyFields: []string{"tenant_id"}},
+		{Type: "trailing", Mode: debounce.ModeThrottle, Window: 2 * time.Second, Trailing: true, KeyFields: []string{"tenant_id"}},
+		{Type: "expiry", Mode: debounce.ModeDedup, Until: debounce.UntilExpiry, TTL: 3 * time.Second, KeyFields: []string{"tenant_id"}},
+	}
+	spec, _ := simulate.ParseGenSpec("type=fixed+extend+accum+trailing+expiry+nope,tenants=200,rate=100/s,duration=3m,items=8,burst=300/1s,every=30s,skew=1.2,seed=11")
+	var results []*simulate.Result
+	for _, parallel := range []int{1, 4} {
+		r, err := simulate.Run(context.Background(), simulate.Config{Policies: policies, Keys: 10, Parallel: parallel}, simulate.Generate(spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		results = append(results, r)
+	}
+	one, four := results[0], results[1]
+	if !slices.Equal(one.Types, four.Types) || one.Total != four.Total || !slices.Equal(one.Keys, four.Keys) || one.Unknown["nope"] != four.Unknown["nope"] ||
+		!one.From.Equal(four.From) || !one.To.Equal(four.To) || !one.End.Equal(four.End) {
+		t.Errorf("one goroutine:\n%+v\n%+v\nfour:\n%+v\n%+v", one.Types, one.Keys, four.Types, four.Keys)
+	}
+	if one.Total.Events < 15000 || one.Total.Jobs == 0 || one.Unknown["nope"] == 0 {
+		t.Errorf("total %+v", one.Total)
 	}
 }

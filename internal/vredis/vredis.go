@@ -116,7 +116,12 @@ func (s *Server) top(args []any) any {
 	if len(args) == 0 {
 		return errReply("ERR empty command")
 	}
-	name := strings.ToLower(argString(args[0]))
+	name, _ := args[0].(string) // go-redis sends names in lower case
+	switch name {
+	case "eval", "evalsha", "eval_ro", "evalsha_ro", "script":
+	default:
+		name = strings.ToLower(argString(args[0]))
+	}
 	switch name {
 	case "eval", "evalsha", "eval_ro", "evalsha_ro":
 		return s.eval(name, args[1:])
@@ -358,17 +363,17 @@ func typeMismatch(cmd redis.Cmder, r any) error {
 }
 
 // goValue is a reply as go-redis gives it in a *redis.Cmd: statuses as
-// strings, nested errors as errors.
+// strings, nested errors as errors. Arrays are converted in place (a reply
+// is the caller's).
 func goValue(r any) any {
 	switch v := r.(type) {
 	case Status:
 		return string(v)
 	case []any:
-		out := make([]any, len(v))
 		for i, x := range v {
-			out[i] = goValue(x)
+			v[i] = goValue(x)
 		}
-		return out
+		return v
 	}
 	return r
 }
