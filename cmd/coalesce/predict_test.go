@@ -118,7 +118,7 @@ var predictPlan = map[string][]string{
 	// The events after the leading one gather into the trailing job at
 	// the window's end (its payload the last one's), which starts the next
 	// window; the event at 5.5 s comes after that one ended.
-	"thr_trail": {"1@0=1", "1@0.8=2", "1@1=3", "1@5.5=4", "2@0.1=5"},
+	"thr_trail":   {"1@0=1", "1@0.8=2", "1@1=3", "1@5.5=4", "2@0.1=5"},
 	"dedup_start": {"1@0", "1@2", "2@1"},
 	// The event at 1 s comes while the job runs (until 2.5 s): a
 	// duplicate; the one at 3.5 s after it succeeded: a new job.
@@ -250,8 +250,8 @@ type ran struct {
 
 // decided is the daemon's answer to one event.
 type decided struct {
-	at       time.Time // when the answer came
-	arrived  time.Time // when the daemon decided it (its recording's at)
+	at       time.Time        // when the answer came
+	arrived  time.Time        // when the daemon decided it (its recording's at)
 	Outcome  debounce.Outcome `json:"outcome"`
 	Round    string           `json:"round"`
 	planned  plannedEvent
