@@ -102,10 +102,7 @@ func newSim(cfg Config) (*sim, error) {
 		p, _ = co.Policy(p.Type)
 		t := &typeState{policy: p, keys: map[debounce.RoundKey]*keyState{}}
 		t.Type = p.Type
-		t.window = cfg.BurstWindow
-		if t.window == 0 {
-			t.window = cmp.Or(p.Window, p.TTL, DefaultBurstWindow)
-		}
+		t.window = cmp.Or(cfg.BurstWindow, DefaultBurstWindow)
 		t.BurstWindow = t.window
 		switch {
 		case p.Extend:
@@ -388,15 +385,18 @@ func (s *sim) submit(ctx context.Context, ev Event) error {
 		return nil
 	case debounce.OutcomeScheduled, debounce.OutcomePublished:
 		t.Opened++
-		r := &roundState{k: k, opened: s.now, due: d.DueAt, tl: -1}
+		// The store times rounds in whole milliseconds (max_wait counts
+		// from the first event's).
+		opened := time.UnixMilli(s.now.UnixMilli())
+		r := &roundState{k: k, opened: opened, due: d.DueAt, tl: -1}
 		if k.timeline != nil {
 			r.tl = len(k.timeline.Rounds)
-			tr := TimelineRound{Opened: s.now}
+			tr := TimelineRound{Opened: opened}
 			if !d.DueAt.IsZero() {
 				tr.Dues = []time.Time{d.DueAt}
 			}
 			if t.policy.Extend {
-				tr.Cap = s.now.Add(t.policy.MaxWait)
+				tr.Cap = opened.Add(t.policy.MaxWait)
 			}
 			k.timeline.Rounds = append(k.timeline.Rounds, tr)
 		}

@@ -196,8 +196,23 @@ func TestModes(t *testing.T) {
 			}
 		},
 	}, {
+		// The store counts in whole milliseconds: a first event at 0.4 ms
+		// is capped at 12 s from its millisecond, and the round counts as
+		// capped.
+		name:     "debounce extended to max_wait, sub-millisecond times",
+		policy:   keyed(debounce.Policy{Mode: debounce.ModeDebounce, Window: 5 * time.Second, Extend: true, MaxWait: 12 * time.Second}),
+		log:      []string{"400us " + tenant(1), "4.0004s " + tenant(1), "8.0007s " + tenant(1)},
+		outcomes: []debounce.Outcome{sc, ex, ex},
+		jobs:     []string{"12.25s:0,1,2"},
+		check: func(t *testing.T, r run) {
+			if s := r.stats("t"); s.Capped != 1 {
+				t.Errorf("stats %+v, want the round capped", s)
+			}
+		},
+	}, {
 		name:     "throttle",
 		policy:   keyed(debounce.Policy{Mode: debounce.ModeThrottle, Window: 10 * time.Second}),
+		cfg:      simulate.Config{BurstWindow: 10 * time.Second}, // the two jobs are 11 s apart
 		log:      []string{"0s " + tenant(1), "1s " + tenant(1), "5s " + tenant(1), "11s " + tenant(1)},
 		outcomes: []debounce.Outcome{pub, thr, thr, pub},
 		jobs:     []string{"0s:0", "11s:3"},
