@@ -68,6 +68,6 @@ func ExampleWriteTable() {
 	//   p99_latency          5.125s   1m0.125s
 	//   max_latency          5.125s   1m0.125s
 	//   cap                      5s         1m
-	//   max_jobs_per_key    1 in 5s    1 in 1m
+	//   max_jobs_per_key    2 in 1m    1 in 1m
 	//   keys                      2          2
 }

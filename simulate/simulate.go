@@ -38,8 +38,8 @@ const (
 	// DefaultWorkers is how many jobs run at once: the worker's default
 	// concurrency.
 	DefaultWorkers = 4
-	// DefaultBurstWindow is the window of TypeStats.MaxJobsPerKey for a
-	// dedup policy (other modes use their window).
+	// DefaultBurstWindow is the window of TypeStats.MaxJobsPerKey: how
+	// hard one key's jobs hit what they run against.
 	DefaultBurstWindow = time.Minute
 )
 
@@ -62,8 +62,8 @@ type Config struct {
 	// Workers: jobs run at once, across types (default DefaultWorkers;
 	// negative: no limit).
 	Workers int
-	// BurstWindow is the window of TypeStats.MaxJobsPerKey; 0: each
-	// policy's window (DefaultBurstWindow for dedup).
+	// BurstWindow is the window of TypeStats.MaxJobsPerKey (default
+	// DefaultBurstWindow).
 	BurstWindow time.Duration
 	// Keys: report the KeyStats of this many busiest keys (by events).
 	Keys int

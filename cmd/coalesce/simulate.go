@@ -10,6 +10,7 @@ import (
 	"iter"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,12 +72,12 @@ func runSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	fs.DurationVar(&f.startDelay, "start-delay", 0, "from a worker taking a job's message to its start")
 	fs.DurationVar(&f.jobDuration, "job-duration", 0, "how long a job runs")
 	fs.IntVar(&f.workers, "workers", -1, "jobs run at once (0: no limit; default the file's worker.concurrency, else 4)")
-	fs.DurationVar(&f.burstWin, "burst-window", 0, "window of max_jobs_per_key (default each policy's window; 1m for dedup)")
+	fs.DurationVar(&f.burstWin, "burst-window", simulate.DefaultBurstWindow, "window of max_jobs_per_key: the most jobs one key ran in any window this long")
 	fs.IntVar(&f.keys, "keys", 0, "also print the N busiest keys")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON instead of the table")
 	fs.StringVar(&f.svg, "svg", "", "draw a timeline of the busiest keys (or --key) into this SVG file")
 	fs.IntVar(&f.svgKeys, "svg-keys", 3, "keys the timeline shows when no --key is given")
-	fs.Var(&f.keyLabels, "key", "a key to draw, as the tables name it (tenant_id=42, an explicit key); repeatable")
+	fs.Var(&f.keyLabels, "key", "a key to draw, as the tables name it (tenant_id=42, an explicit key), of any type or of one: TYPE/LABEL; repeatable")
 	fs.StringVar(&f.svgFrom, "svg-from", "", "timeline start: RFC 3339, or a duration after the log's first event (90s)")
 	fs.StringVar(&f.svgTo, "svg-to", "", "timeline end: RFC 3339, or a duration after the log's first event")
 	fs.StringVar(&f.trace, "trace", "", "write every event's fate and every job to this file (NDJSON)")
@@ -157,9 +158,9 @@ func runSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		}
 		variants[0].OnEvent, variants[0].OnJob = trace.event, trace.job
 	}
-	svgKeys := map[string]bool{}
+	svgKeys := keySet{}
 	for _, k := range f.keyLabels {
-		svgKeys[k] = true
+		svgKeys.add(k)
 	}
 	wantKeys := max(f.keys, 0)
 	if f.svg != "" && len(svgKeys) == 0 {
@@ -170,7 +171,7 @@ func runSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		cfg := v.Config
 		cfg.Keys = wantKeys
 		if f.svg != "" && len(svgKeys) > 0 {
-			cfg.Timeline = func(_, label string) bool { return svgKeys[label] }
+			cfg.Timeline = svgKeys.has
 		}
 		events, closeEvents, err := src(i == 0 && f.saveLog != "")
 		if err != nil {
@@ -374,10 +375,10 @@ func printResults(w io.Writer, f simulateFlags, results []simulate.Named) error 
 // drawTimeline writes the --svg picture: the chosen keys (--key, else the
 // busiest of the first variant), one row per key and variant. Keys not
 // chosen before the runs are drawn from a second pass.
-func drawTimeline(ctx context.Context, f simulateFlags, variants []simulate.Variant, results []simulate.Named, keys map[string]bool, src eventSource) error {
+func drawTimeline(ctx context.Context, f simulateFlags, variants []simulate.Variant, results []simulate.Named, keys keySet, src eventSource) error {
 	if len(keys) == 0 {
 		for _, k := range results[0].Result.Keys[:min(len(results[0].Result.Keys), f.svgKeys)] {
-			keys[k.Key] = true
+			keys.add(k.Type + "/" + k.Key)
 		}
 		if len(keys) == 0 {
 			return errors.New("--svg: no key had an event")
@@ -385,7 +386,7 @@ func drawTimeline(ctx context.Context, f simulateFlags, variants []simulate.Vari
 		for i, v := range variants {
 			cfg := v.Config
 			cfg.OnEvent, cfg.OnJob = nil, nil
-			cfg.Timeline = func(_, label string) bool { return keys[label] }
+			cfg.Timeline = keys.has
 			events, closeEvents, err := src(false)
 			if err != nil {
 				return err
@@ -429,11 +430,19 @@ func drawTimeline(ctx context.Context, f simulateFlags, variants []simulate.Vari
 	return out.Close()
 }
 
-func sortedKeys(m map[string]bool) []string {
+// keySet is the keys --svg draws: labels of any type, or TYPE/LABEL.
+type keySet map[string]bool
+
+func (k keySet) add(s string) { k[s] = true }
+
+func (k keySet) has(typ, label string) bool { return k[label] || k[typ+"/"+label] }
+
+func sortedKeys(m keySet) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
+	slices.Sort(out)
 	return out
 }
 

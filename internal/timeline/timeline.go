@@ -71,7 +71,7 @@ const DefaultWidth = 960
 
 // Layout, in pixels.
 const (
-	labelWidth = 170
+	labelWidth = 230
 	rightPad   = 20
 	topPad     = 44
 	rowHeight  = 64
@@ -157,11 +157,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	// Grid and axis.
 	step := tickStep(total)
 	axisY := topPad + len(c.Rows)*rowHeight
-	first := from.Truncate(step)
-	if first.Before(from) {
-		first = first.Add(step)
-	}
-	for t := first; !t.After(to); t = t.Add(step) {
+	for t := from; !t.After(to); t = t.Add(step) {
 		xx := x(t)
 		b.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eaeef2"/>`+"\n", xx, topPad, xx, axisY)
 		b.f(`<text x="%.1f" y="%d" text-anchor="middle" fill="#57606a">%s</text>`+"\n", xx, axisY+16, esc(tickLabel(t.Sub(from), step)))
@@ -176,9 +172,9 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 		if i%2 == 1 {
 			b.f(`<rect x="0" y="%d" width="%d" height="%d" fill="#f6f8fa"/>`+"\n", y0, width, rowHeight)
 		}
-		b.f(`<text x="10" y="%d" font-weight="600" fill="#1f2328">%s</text>`+"\n", y0+26, esc(clip(r.Label, 24)))
+		b.f(`<text x="10" y="%d" font-weight="600" fill="#1f2328">%s<title>%s</title></text>`+"\n", y0+26, esc(clip(r.Label, 30)), esc(r.Label))
 		if r.Note != "" {
-			b.f(`<text x="10" y="%d" fill="#57606a" font-size="10">%s</text>`+"\n", y0+42, esc(clip(r.Note, 30)))
+			b.f(`<text x="10" y="%d" fill="#57606a" font-size="10">%s<title>%s</title></text>`+"\n", y0+42, esc(clip(r.Note, 40)), esc(r.Note))
 		}
 		for _, rd := range r.Rounds {
 			end := rd.Start
@@ -213,7 +209,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 				b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`, x(d), mid-h, x(d), mid+h, col)
 			}
 			if !rd.Cap.IsZero() && in(rd.Cap) && (pending || len(rd.Dues) > 0 && !rd.Dues[len(rd.Dues)-1].Before(rd.Cap)) {
-				b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5" stroke-dasharray="3 2"/>`, x(rd.Cap), mid-11, x(rd.Cap), mid+11, colCap)
+				b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="3 2"/>`, x(rd.Cap), mid-17, x(rd.Cap), mid+13, colCap)
 			}
 			b.f("</g>\n")
 		}
