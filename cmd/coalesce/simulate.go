@@ -51,8 +51,8 @@ type simulateFlags struct {
 	events, generate, saveLog, configA, configB string
 	compare                                     repeated
 	expect, svg, trace                          string
-	keyLabels                                   repeated
-	svgKeys, keys, workers                      int
+	keyLabels, only                             repeated
+	svgKeys, keys, workers, parallel            int
 	lateness, startDelay, jobDuration, burstWin time.Duration
 	asJSON                                      bool
 	svgFrom, svgTo                              string
@@ -74,7 +74,9 @@ func runSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	fs.IntVar(&f.workers, "workers", -1, "jobs run at once (0: no limit; default the file's worker.concurrency, else 4)")
 	fs.DurationVar(&f.burstWin, "burst-window", simulate.DefaultBurstWindow, "window of max_jobs_per_key: the most jobs one key ran in any window this long")
 	fs.IntVar(&f.keys, "keys", 0, "also print the N busiest keys")
+	fs.IntVar(&f.parallel, "parallel", 0, "goroutines to split the keys over (0: one per CPU); used when workers cannot make jobs wait (--workers 0, or no --job-duration and --start-delay)")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON instead of the table")
+	fs.Var(&f.only, "type", "print this job type only (repeatable; all are simulated)")
 	fs.StringVar(&f.svg, "svg", "", "draw a timeline of the busiest keys (or --key) into this SVG file")
 	fs.IntVar(&f.svgKeys, "svg-keys", 3, "keys the timeline shows when no --key is given")
 	fs.Var(&f.keyLabels, "key", "a key to draw, as the tables name it (tenant_id=42, an explicit key), of any type or of one: TYPE/LABEL; repeatable")
@@ -93,8 +95,8 @@ func runSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if f.configB != "" && len(f.compare) > 0 {
 		return usagef("give --compare or --config-b, not both")
 	}
-	if f.startDelay < 0 || f.jobDuration < 0 || f.burstWin < 0 || f.keys < 0 || f.svgKeys < 1 {
-		return usagef("--start-delay, --job-duration, --burst-window and --keys must not be negative; --svg-keys at least 1")
+	if f.startDelay < 0 || f.jobDuration < 0 || f.burstWin < 0 || f.keys < 0 || f.parallel < 0 || f.svgKeys < 1 {
+		return usagef("--start-delay, --job-duration, --burst-window, --keys and --parallel must not be negative; --svg-keys at least 1")
 	}
 	cfgA, err := loadSimConfig(f.configA)
 	if err != nil {
@@ -102,7 +104,7 @@ func runSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	}
 	base := simulate.Config{
 		Policies: cfgA.Policies, MaxAge: cfgA.NATS.MaxAge, Lateness: f.lateness, StartDelay: f.startDelay,
-		JobDuration: f.jobDuration, BurstWindow: f.burstWin, Keys: f.keys,
+		JobDuration: f.jobDuration, BurstWindow: f.burstWin, Keys: f.keys, Parallel: f.parallel,
 	}
 	if base.Lateness == 0 {
 		base.Lateness = -1 // --lateness 0: none
@@ -348,7 +350,24 @@ func printResults(w io.Writer, f simulateFlags, results []simulate.Named) error 
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	if err := simulate.WriteTable(w, results); err != nil {
+	shown := results
+	if len(f.only) > 0 {
+		shown = make([]simulate.Named, len(results))
+		for i, r := range results {
+			cut := *r.Result
+			cut.Types = nil
+			for _, t := range r.Result.Types {
+				if slices.Contains(f.only, t.Type) {
+					cut.Types = append(cut.Types, t)
+				}
+			}
+			if len(cut.Types) == 0 {
+				return usagef("--type %s: no such job type in the configuration", strings.Join(f.only, ", "))
+			}
+			shown[i] = simulate.Named{Name: r.Name, Result: &cut}
+		}
+	}
+	if err := simulate.WriteTable(w, shown); err != nil {
 		return err
 	}
 	for _, r := range results {
