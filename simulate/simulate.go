@@ -9,7 +9,8 @@
 // stream's subject rollup does), and virtual workers close each round as
 // the real ones do (worker.StartDelivery: Start, exclusive keys' leases,
 // rescheduling a round not yet due), run for Config.JobDuration and Finish.
-// Nothing sleeps: a day of events runs in seconds.
+// Nothing sleeps: a day of events takes tens of CPU-seconds, split over the
+// CPUs when the workers cannot make a job wait (Config.Parallel).
 //
 // What it does not model: failures (Redis or NATS outages, crashed
 // workers, handler errors and their retries), local joins (the daemon

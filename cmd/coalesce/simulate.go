@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,7 +53,8 @@ type simulateFlags struct {
 	compare                                     repeated
 	expect, svg, trace                          string
 	keyLabels, only                             repeated
-	svgKeys, keys, workers, parallel            int
+	svgKeys, keys, parallel                     int
+	workers                                     optionalInt
 	lateness, startDelay, jobDuration, burstWin time.Duration
 	asJSON                                      bool
 	svgFrom, svgTo                              string
@@ -71,7 +73,7 @@ func runSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	fs.DurationVar(&f.lateness, "lateness", simulate.DefaultLateness, "how late a schedule fires after its due time")
 	fs.DurationVar(&f.startDelay, "start-delay", 0, "from a worker taking a job's message to its start")
 	fs.DurationVar(&f.jobDuration, "job-duration", 0, "how long a job runs")
-	fs.IntVar(&f.workers, "workers", -1, "jobs run at once (0: no limit; default the file's worker.concurrency, else 4)")
+	fs.Var(&f.workers, "workers", "jobs run at once (0: no limit; default the file's worker.concurrency, else 4)")
 	fs.DurationVar(&f.burstWin, "burst-window", simulate.DefaultBurstWindow, "window of max_jobs_per_key: the most jobs one key ran in any window this long")
 	fs.IntVar(&f.keys, "keys", 0, "also print the N busiest keys")
 	fs.IntVar(&f.parallel, "parallel", 0, "goroutines to split the keys over (0: one per CPU); used when workers cannot make jobs wait (--workers 0, or no --job-duration and --start-delay)")
@@ -110,10 +112,10 @@ func runSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		base.Lateness = -1 // --lateness 0: none
 	}
 	switch {
-	case f.workers == 0:
+	case f.workers.set && f.workers.n == 0:
 		base.Workers = -1
-	case f.workers > 0:
-		base.Workers = f.workers
+	case f.workers.set:
+		base.Workers = f.workers.n
 	case cfgA.Worker.Concurrency > 0:
 		base.Workers = cfgA.Worker.Concurrency
 	default:
@@ -213,6 +215,28 @@ func runSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 			return exitError{exitFailure}
 		}
 	}
+	return nil
+}
+
+// optionalInt is an int flag that knows whether it was given.
+type optionalInt struct {
+	n   int
+	set bool
+}
+
+func (o *optionalInt) String() string {
+	if !o.set {
+		return ""
+	}
+	return strconv.Itoa(o.n)
+}
+
+func (o *optionalInt) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return errors.New("a whole number, 0 or more")
+	}
+	o.n, o.set = n, true
 	return nil
 }
 
