@@ -92,6 +92,9 @@ func newSim(cfg Config) (*sim, error) {
 		// joins answer in process and flush on a real-time timer, and
 		// lead to the same jobs by their design (local.go).
 		LocalJoins: debounce.LocalJoinsOff, Pipelines: -1,
+		// No replicas to wait for: waiting changes what survives a
+		// failover, not what runs (and would read INFO on a timer).
+		Replication: debounce.Replication{Acks: debounce.ReplicationOff},
 	})
 	if err != nil {
 		s.store.Close()

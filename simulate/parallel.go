@@ -28,7 +28,8 @@ func runSharded(ctx context.Context, cfg Config, n int, events iter.Seq2[Event, 
 	// policies, whose store it never uses.
 	store := vredis.New(time.Now)
 	defer store.Close()
-	router, err := debounce.New(debounce.Config{Redis: store.Client(), Policies: cfg.Policies, LocalJoins: debounce.LocalJoinsOff, Pipelines: -1})
+	router, err := debounce.New(debounce.Config{Redis: store.Client(), Policies: cfg.Policies, LocalJoins: debounce.LocalJoinsOff, Pipelines: -1,
+		Replication: debounce.Replication{Acks: debounce.ReplicationOff}})
 	if err != nil {
 		return nil, err
 	}

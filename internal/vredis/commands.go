@@ -81,7 +81,7 @@ var commandNames = func() map[string]string {
 	m := map[string]string{}
 	for _, n := range []string{"ping", "get", "set", "incrby", "incr", "decr", "decrby", "del", "unlink", "exists", "type",
 		"pexpire", "expire", "pexpireat", "expireat", "pttl", "ttl", "pexpiretime", "expiretime", "persist", "rename",
-		"hset", "hmset", "hsetnx", "hget", "hmget", "hincrby", "hgetall", "hdel", "hexists", "hlen", "keys", "scan"} {
+		"hset", "hmset", "hsetnx", "hget", "hmget", "hincrby", "hgetall", "hdel", "hexists", "hlen", "keys", "scan", "info"} {
 		m[n], m[strings.ToUpper(n)] = n, n
 	}
 	return m
@@ -191,6 +191,9 @@ func (s *Server) command(a []string) any {
 		return Status("OK")
 	case "hset", "hmset", "hsetnx", "hget", "hmget", "hincrby", "hgetall", "hdel", "hexists", "hlen":
 		return s.hashCmd(name, args)
+	case "info":
+		// A lone primary: no replica to wait for.
+		return "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n\r\n# Replication\r\nrole:master\r\nconnected_slaves:0\r\n"
 	case "keys":
 		if len(args) != 1 {
 			return wrongArgs(name)
