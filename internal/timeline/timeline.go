@@ -16,15 +16,23 @@ import (
 	"time"
 )
 
-// Chart is a picture: rows of keys over one span of time.
+// Chart is a picture: rows of keys (or of rounds) over one span of time.
 type Chart struct {
 	Title string
 	// From and To bound the time axis; zero: the rows' earliest and latest
-	// times.
+	// times (and Now).
 	From, To time.Time
 	Rows     []Row
-	// Width in pixels (default DefaultWidth).
-	Width int
+	// Now, when set, is marked on the axis ("now"): a live view.
+	Now time.Time
+	// Empty is written instead of the rows when there are none (zero: a
+	// chart without rows is ErrEmpty).
+	Empty string
+	// Width in pixels (default DefaultWidth); RowHeight of each row
+	// (default DefaultRowHeight, at least MinRowHeight).
+	Width, RowHeight int
+	// NoLegend leaves the legend out.
+	NoLegend bool
 }
 
 // Row is one key.
@@ -54,7 +62,10 @@ type Event struct {
 
 // Round is one round of a key, from its first event to its job.
 type Round struct {
-	Opened time.Time
+	// ID and State, when set, label the round's group (data-round,
+	// data-state) for a page's scripts and tests.
+	ID, State string
+	Opened    time.Time
 	// Dues: the due time it was opened with, then each later one an
 	// extension set (empty: an immediate job).
 	Dues []time.Time
@@ -64,17 +75,23 @@ type Round struct {
 	// Start and End: its job's run; zero Start: not run (pending).
 	Start, End time.Time
 	Events     int
+	// FirstSeen and LastSeen, when the row has no Events of it, are drawn
+	// as a band: its events happened between them.
+	FirstSeen, LastSeen time.Time
 }
 
-// DefaultWidth is a chart's width in pixels.
-const DefaultWidth = 960
+// Sizes, in pixels.
+const (
+	DefaultWidth     = 960
+	DefaultRowHeight = 64
+	MinRowHeight     = 34
+)
 
 // Layout, in pixels.
 const (
 	labelWidth = 230
 	rightPad   = 20
 	topPad     = 44
-	rowHeight  = 64
 	axisHeight = 40
 	legendH    = 30
 )
@@ -110,15 +127,15 @@ func (c *Chart) span() (time.Time, time.Time, bool) {
 			to = t
 		}
 	}
+	grow(c.Now)
 	for _, r := range c.Rows {
 		for _, e := range r.Events {
 			grow(e.At)
 		}
 		for _, rd := range r.Rounds {
-			grow(rd.Opened)
-			grow(rd.End)
-			grow(rd.Start)
-			grow(rd.Cap)
+			for _, t := range []time.Time{rd.Opened, rd.End, rd.Start, rd.Cap, rd.FirstSeen, rd.LastSeen} {
+				grow(t)
+			}
 			for _, d := range rd.Dues {
 				grow(d)
 			}
@@ -133,15 +150,30 @@ func (c *Chart) span() (time.Time, time.Time, bool) {
 	return from, to, true
 }
 
-// WriteSVG draws the chart.
+// WriteSVG draws the chart. Its elements carry classes a page or a test can
+// find: each round a group of class "round", its due time "due" (an
+// extension's "due extension"), its job's start "start" and end "finish",
+// each event "event" (and data-kind), a first-to-last band "events".
 func (c *Chart) WriteSVG(w io.Writer) error {
+	if len(c.Rows) == 0 && c.Empty != "" {
+		b := &svgWriter{}
+		b.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="60" viewBox="0 0 %d 60" font-family="-apple-system,Segoe UI,Helvetica,Arial,sans-serif" font-size="12">`, cmp.Or(c.Width, DefaultWidth), cmp.Or(c.Width, DefaultWidth))
+		b.f(`<rect width="100%%" height="100%%" fill="#ffffff"/><text x="10" y="34" fill="#57606a">%s</text></svg>`+"\n", esc(c.Empty))
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
 	from, to, ok := c.span()
 	if !ok || len(c.Rows) == 0 {
 		return ErrEmpty
 	}
 	width := cmp.Or(c.Width, DefaultWidth)
+	rowH := max(cmp.Or(c.RowHeight, DefaultRowHeight), MinRowHeight)
 	plotW := float64(width - labelWidth - rightPad)
-	height := topPad + len(c.Rows)*rowHeight + axisHeight + legendH
+	legend := legendH
+	if c.NoLegend {
+		legend = 0
+	}
+	height := topPad + len(c.Rows)*rowH + axisHeight + legend
 	total := to.Sub(from)
 	x := func(t time.Time) float64 {
 		f := float64(t.Sub(from)) / float64(total)
@@ -156,7 +188,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	}
 	// Grid and axis.
 	step := tickStep(total)
-	axisY := topPad + len(c.Rows)*rowHeight
+	axisY := topPad + len(c.Rows)*rowH
 	for t := from; !t.After(to); t = t.Add(step) {
 		xx := x(t)
 		b.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eaeef2"/>`+"\n", xx, topPad, xx, axisY)
@@ -164,31 +196,44 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	}
 	b.f(`<line x1="%d" y1="%d" x2="%.1f" y2="%d" stroke="#8c959f"/>`+"\n", labelWidth, axisY, float64(labelWidth)+plotW, axisY)
 	b.f(`<text x="%.1f" y="%d" text-anchor="end" fill="#57606a">time since %s</text>`+"\n", float64(labelWidth)+plotW, axisY+32, esc(from.UTC().Format("2006-01-02 15:04:05.000 UTC")))
+	if !c.Now.IsZero() && in(c.Now) {
+		b.f(`<line class="now" x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-dasharray="4 3"/><text x="%.1f" y="%d" text-anchor="middle" fill="%s">now</text>`+"\n",
+			x(c.Now), topPad-6, x(c.Now), axisY, colCap, x(c.Now), topPad-10, colCap)
+	}
 
 	for i, r := range c.Rows {
-		y0 := topPad + i*rowHeight
-		mid := float64(y0) + 38 // the rounds' bars
-		tick := float64(y0) + 16
+		y0 := topPad + i*rowH
+		mid := float64(y0) + float64(rowH)*0.6 // the rounds' bars
+		tick := float64(y0) + float64(rowH)*0.25
 		if i%2 == 1 {
-			b.f(`<rect x="0" y="%d" width="%d" height="%d" fill="#f6f8fa"/>`+"\n", y0, width, rowHeight)
+			b.f(`<rect x="0" y="%d" width="%d" height="%d" fill="#f6f8fa"/>`+"\n", y0, width, rowH)
 		}
-		b.f(`<text x="10" y="%d" font-weight="600" fill="#1f2328">%s<title>%s</title></text>`+"\n", y0+26, esc(clip(r.Label, 30)), esc(r.Label))
+		b.f(`<text x="10" y="%.0f" font-weight="600" fill="#1f2328">%s<title>%s</title></text>`+"\n", float64(y0)+float64(rowH)*0.42, esc(clip(r.Label, 30)), esc(r.Label))
 		if r.Note != "" {
-			b.f(`<text x="10" y="%d" fill="#57606a" font-size="10">%s<title>%s</title></text>`+"\n", y0+42, esc(clip(r.Note, 40)), esc(r.Note))
+			b.f(`<text x="10" y="%.0f" fill="#57606a" font-size="10">%s<title>%s</title></text>`+"\n", float64(y0)+float64(rowH)*0.42+14, esc(clip(r.Note, 40)), esc(r.Note))
 		}
 		for _, rd := range r.Rounds {
 			end := rd.Start
 			pending := end.IsZero()
 			if pending {
 				end = to
+				if len(rd.Dues) > 0 && rd.Dues[len(rd.Dues)-1].Before(to) && (c.Now.IsZero() || rd.Dues[len(rd.Dues)-1].After(c.Now)) {
+					end = rd.Dues[len(rd.Dues)-1] // a live round waits for its due time
+				}
 			}
 			if end.Before(from) || rd.Opened.After(to) {
 				continue
 			}
 			x0, x1 := x(rd.Opened), x(end)
-			title := roundTitle(rd)
-			b.f(`<g><title>%s</title>`, esc(title))
+			b.f(`<g class="round"%s%s><title>%s</title>`, attr("data-round", rd.ID), attr("data-state", rd.State), esc(roundTitle(rd)))
 			b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="10" rx="2" fill="%s"%s/>`, x0, mid-5, math.Max(x1-x0, 1.5), colWait, dashIf(pending))
+			if !rd.FirstSeen.IsZero() && !hasEvents(r) {
+				last := rd.LastSeen
+				if last.Before(rd.FirstSeen) {
+					last = rd.FirstSeen
+				}
+				b.f(`<rect class="events" x="%.1f" y="%.1f" width="%.1f" height="4" fill="%s"/>`, x(rd.FirstSeen), tick-2, math.Max(x(last)-x(rd.FirstSeen), 2), colJoined)
+			}
 			if !rd.Start.IsZero() && in(rd.Start) {
 				re := rd.End
 				if re.IsZero() || re.Before(rd.Start) {
@@ -196,20 +241,23 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 				}
 				xs, xe := x(rd.Start), x(re)
 				b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="10" fill="%s"/>`, xs, mid-5, math.Max(xe-xs, 2), colRun)
-				b.f(`<path d="M%.1f %.1f l5 -7 l-10 0 z" fill="%s"/>`, xs, mid-6, colRun)
+				b.f(`<path class="start" d="M%.1f %.1f l5 -7 l-10 0 z" fill="%s"/>`, xs, mid-6, colRun)
+			}
+			if !rd.End.IsZero() && rd.End.After(rd.Start) && in(rd.End) {
+				b.f(`<rect class="finish" x="%.1f" y="%.1f" width="3" height="14" fill="%s"/>`, x(rd.End)-1.5, mid-7, colRun)
 			}
 			for j, d := range rd.Dues {
 				if !in(d) {
 					continue
 				}
-				col, h := colDue, 7.0
+				class, col, h := "due", colDue, 7.0
 				if j > 0 {
-					col, h = colExtended, 5.0
+					class, col, h = "due extension", colExtended, 5.0
 				}
-				b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`, x(d), mid-h, x(d), mid+h, col)
+				b.f(`<line class="%s" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`, class, x(d), mid-h, x(d), mid+h, col)
 			}
 			if !rd.Cap.IsZero() && in(rd.Cap) && (pending || len(rd.Dues) > 0 && !rd.Dues[len(rd.Dues)-1].Before(rd.Cap)) {
-				b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="3 2"/>`, x(rd.Cap), mid-17, x(rd.Cap), mid+13, colCap)
+				b.f(`<line class="cap" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="3 2"/>`, x(rd.Cap), mid-17, x(rd.Cap), mid+13, colCap)
 			}
 			b.f("</g>\n")
 		}
@@ -220,7 +268,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 			xe := x(e.At)
 			switch e.Kind {
 			case Dropped:
-				b.f(`<path d="M%.1f %.1f l6 6 m0 -6 l-6 6" stroke="%s" stroke-width="1.3"><title>%s dropped</title></path>`+"\n", xe-3, tick-3, colDropped, esc(at(e.At)))
+				b.f(`<path class="event" data-kind="dropped" d="M%.1f %.1f l6 6 m0 -6 l-6 6" stroke="%s" stroke-width="1.3"><title>%s dropped</title></path>`+"\n", xe-3, tick-3, colDropped, esc(at(e.At)))
 			default:
 				col := map[Kind]string{Opened: colOpened, Joined: colJoined, Extended: colExtended}[e.Kind]
 				if col == "" {
@@ -230,9 +278,14 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 				if e.Kind == Opened {
 					h = 10
 				}
-				b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.2"><title>%s %s</title></line>`+"\n", xe, tick-h/2, xe, tick+h/2, col, esc(at(e.At)), e.Kind)
+				b.f(`<line class="event" data-kind="%s" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.2"><title>%s %s</title></line>`+"\n", esc(string(e.Kind)), xe, tick-h/2, xe, tick+h/2, col, esc(at(e.At)), esc(string(e.Kind)))
 			}
 		}
+	}
+	if c.NoLegend {
+		b.f("</svg>\n")
+		_, err := io.WriteString(w, b.String())
+		return err
 	}
 	// Legend.
 	ly := float64(axisY + axisHeight + 12)
@@ -268,6 +321,17 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// attr is name="value", or nothing for an empty value.
+func attr(name, value string) string {
+	if value == "" {
+		return ""
+	}
+	return " " + name + `="` + esc(value) + `"`
+}
+
+// hasEvents reports whether a row has its events one by one.
+func hasEvents(r Row) bool { return len(r.Events) > 0 }
 
 func tickSVG(x, y, h float64, col string) string {
 	return fmt.Sprintf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.2"/>`, x, y-h/2, x, y+h/2, col)

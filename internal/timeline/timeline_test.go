@@ -99,3 +99,37 @@ func TestChartSpan(t *testing.T) {
 		t.Errorf("axis labels: %s", b.String())
 	}
 }
+
+// TestChartLive: the dashboard's use: "now" marked, rounds labelled for the
+// page's scripts, a band where single events are not known, compact rows
+// without a legend, and a message when there is nothing to draw.
+func TestChartLive(t *testing.T) {
+	t.Parallel()
+	now := at(60)
+	c := timeline.Chart{Now: now, RowHeight: 20, NoLegend: true, Rows: []timeline.Row{
+		{Label: "0000000000000001", Note: "finished · 4 ev", Rounds: []timeline.Round{{ID: "0000000000000001", State: "finished",
+			Opened: at(0), Dues: []time.Time{at(10)}, Start: at(11), End: at(15), FirstSeen: at(0), LastSeen: at(5), Events: 4}}},
+		{Label: "0000000000000002", Note: "pending · 2 ev", Events: []timeline.Event{{At: at(55), Kind: timeline.Opened}, {At: at(59), Kind: timeline.Joined}},
+			Rounds: []timeline.Round{{ID: "0000000000000002", State: "pending", Opened: at(55), Dues: []time.Time{at(65)}, Events: 2}}},
+	}}
+	var b bytes.Buffer
+	if err := c.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	elements(t, b.Bytes())
+	for want, n := range map[string]int{`class="round"`: 2, `data-state="pending"`: 1, `class="due"`: 2, `class="start"`: 1, `class="finish"`: 1,
+		`class="event"`: 2, `class="events"`: 1, `class="now"`: 1, "opens a round": 0} {
+		if got := strings.Count(svg, want); got != n {
+			t.Errorf("%s: %d, want %d", want, got, n)
+		}
+	}
+	// Rows of at least MinRowHeight: 44 + 2*34 + 40.
+	if !strings.Contains(svg, `height="152"`) {
+		t.Errorf("height: %.200s", svg)
+	}
+	b.Reset()
+	if err := (&timeline.Chart{Empty: "No round & none pending"}).WriteSVG(&b); err != nil || !strings.Contains(b.String(), "No round &amp; none pending") {
+		t.Errorf("empty: %v %s", err, b.String())
+	}
+}
