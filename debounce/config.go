@@ -120,6 +120,10 @@ type Hooks struct {
 	// not confirm in time (an error matching ErrNotReplicated); fail says
 	// whether it then stood (open) or was refused (closed).
 	Replication func(jobType string, fail FailMode, err error)
+	// Event is called, after Decision, with each event submitted, the time
+	// it arrived (by Now) and its decision or error: what an event log
+	// records (coalesce serve --record, for coalesce simulate).
+	Event func(ev Event, at time.Time, d Decision, err error)
 }
 
 // Coalescer decides, per event, whether it opens a round or joins the one

@@ -144,6 +144,10 @@ func (c *Coalescer) Prepare(ev Event) (Prepared, error) {
 // by another Coalescer, or not at all, is prepared again).
 func (c *Coalescer) SubmitPrepared(ctx context.Context, pr Prepared) (Decision, error) {
 	start := time.Now()
+	var at time.Time
+	if c.hooks.Event != nil {
+		at = c.now()
+	}
 	var d Decision
 	var err error
 	if pr.p == nil || c.policies[pr.ev.Type] != pr.p {
@@ -153,6 +157,9 @@ func (c *Coalescer) SubmitPrepared(ctx context.Context, pr Prepared) (Decision, 
 	}
 	if c.hooks.Decision != nil {
 		c.hooks.Decision(pr.ev.Type, d, err, time.Since(start))
+	}
+	if c.hooks.Event != nil {
+		c.hooks.Event(pr.ev, at, d, err)
 	}
 	return d, err
 }

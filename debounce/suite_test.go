@@ -18,6 +18,7 @@ import (
 	"github.com/coalesce-io/coalesce/fingerprint"
 	"github.com/coalesce-io/coalesce/internal/devservers"
 	"github.com/coalesce-io/coalesce/internal/testenv"
+	"github.com/coalesce-io/coalesce/internal/vredis"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -30,16 +31,21 @@ type backend struct {
 }
 
 // backends returns miniredis, the shared real redis-server, the shared
-// three-node Redis Cluster, and the embedded default's store (miniredis
-// driven by internal/devservers: journaled, real-time expiry).
+// three-node Redis Cluster, the embedded default's store (miniredis driven
+// by internal/devservers: journaled, real-time expiry) and the simulator's
+// in-process Redis (vredis, on real time: it must behave as a real server
+// does).
 func backends(t *testing.T) []backend {
 	t.Helper()
 	m, mc := testenv.Miniredis(t)
+	v := vredis.New(time.Now)
+	t.Cleanup(v.Close)
 	return []backend{
 		{name: "miniredis", rdb: mc, mini: m},
 		{name: "redis", rdb: testenv.SharedRedis(t).Client(t)},
 		{name: "cluster", rdb: testenv.SharedCluster(t).Client(t)},
 		{name: "embedded", rdb: embeddedRedis(t)},
+		{name: "vredis", rdb: v.Client()},
 	}
 }
 

@@ -57,6 +57,7 @@ func commands() []command {
 		{"outbox", "set up the Postgres transactional outbox (migrate), show its backlog and dead rows", runOutbox},
 		{"dedupe-stream", "remove duplicate pending jobs from an already flooded stream (dry run by default)", runDedupeStream},
 		{"bench", "load-generate events and report throughput, latency, Redis CPU and memory", runBench},
+		{"simulate", "replay an event log through the policies in virtual time: jobs, latency, side by side", runSimulate},
 		{"fingerprint", "print the fp1 fingerprint of job args (one, or NDJSON from stdin)", runFingerprint},
 		{"version", "print the version, VCS revision, Go and embedded nats-server versions", runVersion},
 	}

@@ -137,6 +137,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	repairAfter := fs.Duration("repair-after", 0, "a round not taken this long past its due time is looked up in the stream, and its job published again if the stream lost it; default 1m")
 	refuse := fs.Bool("refuse-eviction", false, "refuse to start when Redis may evict keys (maxmemory-policy allkeys-*); default: warn")
 	refusePersist := fs.Bool("refuse-no-persistence", false, "refuse to start when Redis has neither AOF nor RDB persistence (a restart would lose every round); default: warn")
+	record := fs.String("record", "", "append every event accepted to this file (NDJSON), an event log for coalesce simulate; off by default")
+	recordLimit := fs.String("record-limit", "1GiB", "stop recording when the --record file reaches this size (1GiB, 100MB, ...)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
@@ -168,12 +170,17 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if len(cfg.Policies) == 0 {
 		log.Warn("no policies configured: every event will be refused with 404 no_policy; add policies to a --config file (see README)")
 	}
+	limit, ok := config.ParseSize(*recordLimit)
+	if !ok || limit <= 0 {
+		return usagef("--record-limit %q: give a size such as 1GiB or 100MB", *recordLimit)
+	}
 	tracing, err := telemetry.FromEnv(ctx, "coalesce")
 	if err != nil {
 		return err
 	}
 	defer shutdownTracing(tracing, log)
-	err = daemon.Run(ctx, daemon.Options{Config: cfg, Logger: log, RefuseEviction: *refuse, ReapEvery: *reapEvery, RepairAfter: *repairAfter, Tracing: tracing})
+	err = daemon.Run(ctx, daemon.Options{Config: cfg, Logger: log, RefuseEviction: *refuse, ReapEvery: *reapEvery, RepairAfter: *repairAfter, Tracing: tracing,
+		Record: *record, RecordLimit: limit})
 	if err != nil {
 		return fmt.Errorf("%s", strings.TrimSpace(err.Error()))
 	}

@@ -47,6 +47,11 @@ type Options struct {
 	// Tracing, when set, traces requests, decisions, publishes and the
 	// protocol's starts (internal/telemetry); nil: off.
 	Tracing *telemetry.Tracing
+	// Record, when set, appends every event accepted to this file, as an
+	// event log for coalesce simulate (record.go), up to RecordLimit bytes
+	// (DefaultRecordLimit when 0).
+	Record      string
+	RecordLimit int64
 }
 
 // DefaultReapEvery is how often the daemon looks for rounds reserved and
@@ -222,6 +227,11 @@ func (c *Conns) Close() {
 // development servers), runs the start-up checks, provisions the stream and
 // builds the Coalescer with the configured policies.
 func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metrics, refuseEviction bool, tracing ...*telemetry.Tracing) (*Conns, error) {
+	return connect(ctx, cfg, log, m, refuseEviction, tracing, nil)
+}
+
+// connect is Connect, with rec (when not nil) recording the events decided.
+func connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metrics, refuseEviction bool, tracing []*telemetry.Tracing, rec *Recorder) (*Conns, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -339,6 +349,9 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	if m != nil {
 		dcfg.Hooks = m.DebounceHooks()
 	}
+	if rec != nil {
+		dcfg.Hooks.Event = rec.Record
+	}
 	if c.Coalescer, err = debounce.New(dcfg); err != nil {
 		return fail(err)
 	}
@@ -434,7 +447,16 @@ func Run(ctx context.Context, o Options) error {
 	}
 	cfg := o.Config
 	m := NewMetrics(cfg.Types()...)
-	c, err := Connect(ctx, cfg, log, m, o.RefuseEviction, o.Tracing)
+	var rec *Recorder
+	if o.Record != "" {
+		var err error
+		if rec, err = OpenRecorder(o.Record, o.RecordLimit, log); err != nil {
+			return err
+		}
+		defer closeRecorder(rec, log)
+		log.Info("recording the events accepted, for coalesce simulate", "file", o.Record, "limit", rec.limit)
+	}
+	c, err := connect(ctx, cfg, log, m, o.RefuseEviction, []*telemetry.Tracing{o.Tracing}, rec)
 	if err != nil {
 		return err
 	}
