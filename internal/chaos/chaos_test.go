@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/internal/testenv"
 )
@@ -121,15 +124,15 @@ func scenarios() []scenario {
 			s.fault = faultRestartRedis
 		}),
 		with(base, func(s *scenario) {
-			s.name, s.desc, s.short, s.fail = "16a-sentinel-acks", "fail: closed, replica acks auto; a primary, a replica and 3 Sentinels: every 8-15s hold the replica's link back 1-3s, SIGKILL the primary, the Sentinels promote the replica, the old primary comes back as a replica", 16*time.Second, "closed"
+			s.name, s.desc, s.short, s.fail = "16a-sentinel-acks", "fail: closed, replica acks auto; a primary, a replica and 3 Sentinels: every 8-15s hold the replica's link back 1-3s, SIGKILL the primary, the Sentinels promote the replica, the old primary comes back as a replica", 6*time.Second, "closed"
 			s.sentinel, s.acks, s.fault = true, "auto", faultSentinelFailover
 		}),
 		with(base, func(s *scenario) {
-			s.name, s.desc, s.short = "16b-sentinel-no-acks", "as 16a with replica acks off (fail: open): what the replica had not received is lost, rounds taken in that time come back", 16*time.Second
+			s.name, s.desc, s.short = "16b-sentinel-no-acks", "as 16a with replica acks off (fail: open): what the replica had not received is lost, rounds taken in that time come back", 6*time.Second
 			s.sentinel, s.acks, s.fault = true, "off", faultSentinelFailover
 		}),
 		with(base, func(s *scenario) {
-			s.name, s.desc, s.short, s.fail = "17-redis-cluster-failover", "fail: closed, replica acks auto; a Redis Cluster of 3 primaries with a replica each: every 8-15s SIGKILL a random primary, its replica is promoted (cluster-node-timeout 2s), the old one comes back as a replica", 16*time.Second, "closed"
+			s.name, s.desc, s.short, s.fail = "17-redis-cluster-failover", "fail: closed, replica acks auto; a Redis Cluster of 3 primaries with a replica each: every 8-15s SIGKILL a random primary, its replica is promoted (cluster-node-timeout 2s), the old one comes back as a replica", 6*time.Second, "closed"
 			s.redisCluster, s.acks, s.fault = true, "auto", faultClusterFailover
 		}),
 		with(base, func(s *scenario) {
@@ -137,6 +140,17 @@ func scenarios() []scenario {
 			s.natsCluster, s.fault = true, faultKillStreamLeader
 		}),
 	}
+}
+
+// firstFailover is how long a failover scenario's load runs before its
+// first failover: 8-15 s as between the later ones in the long form; 2-4 s
+// in the short form, whose load (6 s) then ends during that one failover
+// (a failover and the wait for an online replica take 10-15 s).
+func firstFailover() time.Duration {
+	if os.Getenv("COALESCE_CHAOS_LONG") == "1" {
+		return between(8*time.Second, 15*time.Second)
+	}
+	return between(2*time.Second, 4*time.Second)
 }
 
 // faultWorkersAway stops both workers for a while, brings them back for 5s,
@@ -196,7 +210,7 @@ func faultRestartEmbedded(kill bool) func(ctx context.Context, e *env) {
 func faultSentinelFailover(ctx context.Context, e *env) {
 	var ours atomic.Bool // a failover of the fault program is under way
 	go e.watchSentinels(ctx, &ours)
-	for sleepCtx(ctx, between(8*time.Second, 15*time.Second)) {
+	for wait := firstFailover(); sleepCtx(ctx, wait); wait = between(8*time.Second, 15*time.Second) {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		addr, err := e.sentinels.Primary(pctx)
 		cancel()
@@ -232,6 +246,15 @@ func faultSentinelFailover(ctx context.Context, e *env) {
 		time.Sleep(between(500*time.Millisecond, 1500*time.Millisecond))
 		if err := primary.Start(); err != nil {
 			e.t.Errorf("restart the old primary: %v", err)
+		}
+		// As Sentinel will, a moment later: a replica of the new primary,
+		// its sync started now rather than at Sentinel's next check.
+		if host, port, err := net.SplitHostPort(next); err == nil {
+			c := redis.NewClient(&redis.Options{Addr: primary.Addr, DisableIdentity: true, MaxRetries: -1})
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = c.Do(rctx, "REPLICAOF", host, port).Err()
+			cancel()
+			c.Close()
 		}
 		e.note("%s started again (to be a replica)", addr)
 		// The next failover waits until the primary has an online replica
@@ -315,7 +338,7 @@ func (e *env) watchSentinels(ctx context.Context, ours *atomic.Bool) {
 // it again (it rejoins as the new primary's replica) and waits until it is
 // online.
 func faultClusterFailover(ctx context.Context, e *env) {
-	for sleepCtx(ctx, between(8*time.Second, 15*time.Second)) {
+	for wait := firstFailover(); sleepCtx(ctx, wait); wait = between(8*time.Second, 15*time.Second) {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		primaries, err := e.rcluster.Primaries(pctx)
 		cancel()
@@ -579,7 +602,7 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 		}
 	}
 	res := Check(Input{Events: events, Starts: e.starts, RedisLoss: e.redisLoss, SnapshotLoss: e.snapshotLoss, ClockSlack: slack,
-		Resubmitted: resubmitted, ProducerKills: kills, FailoverLoss: e.failoverLoss, AckedFailovers: e.ackedFailovers,
+		Resubmitted: resubmitted, ProducerKills: kills, FailoverLoss: e.failoverLoss, AckedFailovers: e.ackedFailovers, AOFLoss: e.aofLoss,
 		LocalTypes: map[string]bool{"fixed": true, "excl": true},
 		Throttle:   map[string]time.Duration{"throttle": throttleWindow},
 		Accumulate: map[string]bool{"accum": true}, Last: map[string]bool{"extend": true}})
@@ -587,7 +610,7 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 		t.Logf("write events: %v", err)
 	}
 	if err := writeMeta(filepath.Join(e.dir, "meta.json"), meta{Scenario: sc.name, RedisLoss: e.redisLoss,
-		SnapshotLoss: e.snapshotLoss, ClockSlack: slack, Throttle: throttleWindow, Faults: e.faults}); err != nil {
+		SnapshotLoss: e.snapshotLoss, AOFLoss: e.aofLoss, ClockSlack: slack, Throttle: throttleWindow, Faults: e.faults}); err != nil {
 		t.Logf("write meta: %v", err)
 	}
 	rw := row{sc: sc, res: res, wall: time.Since(start), loadFor: loadFor, quiesced: waited, settled: settled,

@@ -45,6 +45,15 @@ type Input struct {
 	// primary. A write applied in it may be missing on the promoted replica
 	// (documented: what acks are for).
 	FailoverLoss []Interval
+	// AOFLoss: each SIGKILL of a redis-server with appendfsync everysec
+	// that held answered writes not yet written to its AOF (INFO
+	// persistence, read just before the kill: aof_buffer_length > 0 or an
+	// fsync pending). While a background fsync is slow Redis postpones
+	// writing its AOF buffer for up to 2 s and answers meanwhile, so a
+	// process kill then loses up to 2 s of answered writes (Redis's own
+	// behaviour; appendfsync always has no such window). From is the kill
+	// minus 2 s, To the kill.
+	AOFLoss []Interval
 	// AckedFailovers: each Redis failover with replica acks on (from the
 	// moment the replica's link was held back to the primary's SIGKILL).
 	// Accepted decisions were replicated; the counts of locally joined
@@ -100,6 +109,9 @@ const (
 	// back, before the primary was killed and the replica promoted, with
 	// replica acks off: the promoted replica never had it (documented).
 	CauseFailover = "redis failover without replica acks"
+	// CauseAOFPostponed: a write answered by a redis-server (appendfsync
+	// everysec) killed while a slow fsync kept it out of the AOF file.
+	CauseAOFPostponed = "redis killed with answered writes not yet in its AOF (everysec, slow fsync)"
 	// CauseLocalFailover: a locally joined event's count flushed to a
 	// primary that failed over before its replica confirmed the flush
 	// (acks on): the round's job covers it, its count lacks it.
@@ -322,6 +334,10 @@ func Check(in Input) Result {
 		}
 		if !covered && failoverCause(e.Sent, e.Done, in) != "" {
 			r.LostExplained[CauseFailover]++
+			covered = true
+		}
+		if !covered && aofCause(e.Sent, e.Done, in) != "" {
+			r.LostExplained[CauseAOFPostponed]++
 			covered = true
 		}
 		if !covered {

@@ -146,6 +146,14 @@ func TestCheckPayloads(t *testing.T) {
 			in.Starts[0].ItemList = []string{"7"}
 			in.RedisLoss = []Interval{{From: t0 + sec/2, To: t0 + sec/2 + 1}}
 		}, 1, map[string]int{CauseRedisLoss: 1}, 0},
+		{"item missing, answered in the 2 s before a kill of a Redis holding writes outside its AOF", func(in *Input) {
+			in.Starts[0].ItemList = []string{"7"}
+			in.AOFLoss = []Interval{{From: t0 + sec/2 - 2*sec, To: t0 + sec/2}}
+		}, 1, map[string]int{CauseAOFPostponed: 1}, 0},
+		{"item missing, the AOF kill long after the round was taken", func(in *Input) {
+			in.Starts[0].ItemList = []string{"7"}
+			in.AOFLoss = []Interval{{From: t0 + 3*sec, To: t0 + 5*sec}}
+		}, 1, map[string]int{CauseUnexplain: 1}, 0},
 		{"item missing after an embedded kill", func(in *Input) {
 			in.Starts[0].ItemList = []string{"7"}
 			in.SnapshotLoss = []Interval{{From: t0, To: t0 + sec/2}}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/testenv"
@@ -401,6 +402,7 @@ type env struct {
 
 	mu           sync.Mutex
 	redisLoss    []Interval
+	aofLoss      []Interval // kills of an everysec redis-server holding answered writes outside its AOF
 	snapshotLoss []Interval // embedded daemon SIGKILLs: the interval its snapshot may lack
 	faults       []string   // what the fault program did, for the log
 
@@ -448,7 +450,9 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 	natsDirect := "" // URLs every process uses as they are (no proxy)
 	switch {
 	case sc.sentinel:
-		aof := []string{"--appendonly", "yes", "--appendfsync", "everysec"}
+		// A restarted primary comes back as a replica: its full sync starts
+		// at once (Redis waits 5 s by default for more replicas to share it).
+		aof := []string{"--appendonly", "yes", "--appendfsync", "everysec", "--repl-diskless-sync-delay", "0"}
 		e.nodes = []*testenv.RedisNode{testenv.NewRedisNode(t, aof...), testenv.NewRedisNode(t, aof...)}
 		e.nodes[1].ReplicaOf(t, e.nodes[0])
 		e.sentinels = testenv.NewSentinels(t, 3, "coalesce", e.nodes[0])
@@ -456,7 +460,7 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 		natsAddr = strings.TrimPrefix(e.nats.URL, "nats://")
 		redisYAML = fmt.Sprintf("redis:\n  sentinel:\n    master: coalesce\n    addrs: [%s]\n  replicas:\n    acks: %s\n", strings.Join(e.sentinels.Addrs, ", "), sc.acks)
 	case sc.redisCluster:
-		e.rcluster = testenv.NewClusterWithReplicas(t, "--appendonly", "yes", "--appendfsync", "everysec")
+		e.rcluster = testenv.NewClusterWithReplicas(t, "--appendonly", "yes", "--appendfsync", "everysec", "--repl-diskless-sync-delay", "0")
 		e.nats = testenv.NATSProcess(t)
 		natsAddr = strings.TrimPrefix(e.nats.URL, "nats://")
 		redisYAML = fmt.Sprintf("redis:\n  addrs: [%s]\n  replicas:\n    acks: %s\n", strings.Join(e.rcluster.Addrs, ", "), sc.acks)
@@ -571,8 +575,18 @@ func scenarioDir(t *testing.T, name string) string {
 // restartRedis kills redis-server (SIGKILL) and starts it again on the same
 // port: empty, unless it runs with persistence (AOF), which it reloads.
 func (e *env) restartRedis(down time.Duration, keepsData bool) {
+	pending := ""
+	if keepsData {
+		pending = aofPending(e.redis.Addr)
+	}
 	from := time.Now().UnixNano()
 	e.redis.Stop()
+	if pending != "" {
+		e.mu.Lock()
+		e.aofLoss = append(e.aofLoss, Interval{From: from - int64(2*time.Second), To: from})
+		e.mu.Unlock()
+		e.note("redis-server killed with writes outside its AOF (%s)", pending)
+	}
 	time.Sleep(down)
 	if err := e.redis.Start(); err != nil {
 		e.t.Errorf("restart redis-server: %v", err)
@@ -585,6 +599,29 @@ func (e *env) restartRedis(down time.Duration, keepsData bool) {
 	e.redisLoss = append(e.redisLoss, Interval{From: from, To: time.Now().UnixNano()})
 	e.mu.Unlock()
 	e.note("redis-server restarted (data lost), down %v", down)
+}
+
+// aofPending says what a redis-server with appendfsync everysec holds of
+// answered writes outside its AOF file ("" when nothing): while a
+// background fsync is slow, Redis keeps its AOF buffer for up to 2 s and
+// answers the writes in it; a SIGKILL then loses them.
+func aofPending(addr string) string {
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	info, err := c.Info(ctx, "persistence").Result()
+	if err != nil {
+		return ""
+	}
+	var held []string
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "aof_buffer_length" || k == "aof_pending_bio_fsync") && v != "0" {
+			held = append(held, line)
+		}
+	}
+	return strings.Join(held, " ")
 }
 
 // restartNATS kills nats-server (SIGKILL) and starts it on the same store.
@@ -706,7 +743,7 @@ func (e *env) quiesce(events []EventRecord, limit time.Duration) (waited time.Du
 	start := time.Now()
 	need := map[string]int64{} // round (type/key/token) -> latest send of an event in it
 	e.mu.Lock()
-	killed := Input{SnapshotLoss: e.snapshotLoss, FailoverLoss: e.failoverLoss}
+	killed := Input{SnapshotLoss: e.snapshotLoss, FailoverLoss: e.failoverLoss, AOFLoss: e.aofLoss}
 	e.mu.Unlock()
 	needEID := map[string]int64{}
 	for i := range events {

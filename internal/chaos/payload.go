@@ -26,7 +26,23 @@ func lossCause(from, to, chSent, chDone int64, in Input) string {
 			return CauseFailover
 		}
 	}
+	for _, l := range in.AOFLoss {
+		if from < l.To && l.From < to {
+			return CauseAOFPostponed
+		}
+	}
 	return snapshotCause(chSent, chDone, in)
+}
+
+// aofCause is CauseAOFPostponed when a change requested over [sent, done]
+// may have been answered inside one of in.AOFLoss.
+func aofCause(sent, done int64, in Input) string {
+	for _, l := range in.AOFLoss {
+		if done >= l.From && sent < l.To {
+			return CauseAOFPostponed
+		}
+	}
+	return ""
 }
 
 // failoverCause is CauseFailover when a change requested over [sent, done]

@@ -17,6 +17,9 @@ type meta struct {
 	// SnapshotLoss: SIGKILLs of an embedded daemon (the interval its
 	// snapshot may lack).
 	SnapshotLoss []Interval `json:"snapshot_loss,omitempty"`
+	// AOFLoss: kills of an everysec redis-server holding answered writes
+	// outside its AOF.
+	AOFLoss []Interval `json:"aof_loss,omitempty"`
 	// ClockSlack: how far the Redis clock may lag (embedded scenarios).
 	ClockSlack time.Duration `json:"clock_slack,omitempty"`
 	Throttle   time.Duration `json:"throttle_window"`
@@ -57,7 +60,7 @@ func TestRecheck(t *testing.T) {
 			for _, f := range files {
 				starts = append(starts, readJSONL[JobStart](t, f)...)
 			}
-			res := Check(Input{Events: events, Starts: starts, RedisLoss: m.RedisLoss, SnapshotLoss: m.SnapshotLoss, ClockSlack: m.ClockSlack,
+			res := Check(Input{Events: events, Starts: starts, RedisLoss: m.RedisLoss, SnapshotLoss: m.SnapshotLoss, AOFLoss: m.AOFLoss, ClockSlack: m.ClockSlack,
 				Throttle:   map[string]time.Duration{"throttle": m.Throttle},
 				Accumulate: map[string]bool{"accum": true}, Last: map[string]bool{"extend": true}})
 			t.Logf("sent %d accepted %d rounds %d starts %d lost %d dups %d %v fencing %d artifacts %d (max %v) collisions %d (lost events in them %d) nominal-window-overlaps %d born-expired %d",
