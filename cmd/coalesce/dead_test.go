@@ -105,7 +105,20 @@ func TestDeadLettersEndToEnd(t *testing.T) {
 			t.Fatal("no second dead letter")
 		}
 	}
-	if code, out, _ := dead("purge", "--type", "digest"); code != 0 || !strings.Contains(out, `"purged": 1`) {
+	// Filters by error code: the handler's exit 100 is "permanent".
+	if code, out, _ := dead("list", "--type", "digest", "--code", "attempts"); code != 0 || !strings.Contains(out, `"dead_letters": []`) {
+		t.Errorf("dead list --code attempts: %d %s; want none", code, out)
+	}
+	if code, out, _ := dead("list", "--code", "permanent", "--type", "digest"); code != 0 || strings.Count(out, `"seq"`) != 1 {
+		t.Errorf("dead list --code permanent: %d %s; want the one letter", code, out)
+	}
+	if code, out, _ := dead("replay", "--all", "--code", "attempts"); code != 0 || !strings.Contains(out, `"replayed": 0`) {
+		t.Errorf("dead replay --all --code attempts: %d %s; want 0 replayed", code, out)
+	}
+	if code, _, stderr := dead("replay", "--seq", "1", "--type", "digest"); code != 2 || !strings.Contains(stderr, "not both") {
+		t.Errorf("replay with --seq and a filter: %d %s; want a usage error", code, stderr)
+	}
+	if code, out, _ := dead("purge", "--type", "digest", "--code", "permanent"); code != 0 || !strings.Contains(out, `"purged": 1`) {
 		t.Errorf("dead purge: %d %s", code, out)
 	}
 	if code, _, stderr := dead("replay"); code != 2 || !strings.Contains(stderr, "--seq") {
