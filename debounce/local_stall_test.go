@@ -175,3 +175,43 @@ func TestInspectChangesNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestLocalAnswersStopWhileAReadHoldsTheFlushes: Inspect holds the flush
+// lock while it reads (so that no flush is in flight); waiting on a
+// blackholed Redis, it holds the flushes back as a waiting flush does, and
+// local answers stop the same way. On 9e00d95 they went on for as long as
+// the read waited (the client's read timeout), none of them flushed.
+func TestLocalAnswersStopWhileAReadHoldsTheFlushes(t *testing.T) {
+	t.Parallel()
+	p := debounce.Policy{Type: "recompute", Mode: debounce.ModeDebounce, Window: time.Minute, Fail: debounce.FailClosed}
+	sf := newStalledFixture(t, p)
+	d := sf.submit(t, p.Type, `{"k":1}`)
+	sf.submit(t, p.Type, `{"k":1}`)
+	sf.flush(t)
+	joined := sf.c.LocalStats().Joined
+	if joined != 1 {
+		t.Fatalf("stats %+v: the second event was not answered locally", sf.c.LocalStats())
+	}
+	sf.proxy.Stall(true)
+	t.Cleanup(func() { sf.proxy.Heal() })
+	read := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _, err := sf.c.Inspect(ctx, p.Type, d.Key)
+		read <- err
+	}()
+	// The read goes out and waits; past the flushes' allowance (50 ms),
+	// sleeping longer only makes it more so.
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if d, err := sf.c.Submit(ctx, debounce.Event{Type: p.Type, Args: json.RawMessage(`{"k":1}`)}); err == nil {
+		t.Errorf("an event while Inspect waited on the blackhole was accepted: %+v", d)
+	}
+	if st := sf.c.LocalStats(); st.Joined != joined {
+		t.Errorf("stats %+v: an event was answered locally while the flushes were held back", st)
+	}
+	sf.proxy.Heal()
+	<-read
+}
