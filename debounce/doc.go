@@ -81,10 +81,9 @@
 // is in, the next flush deletes the marker; those of a process's last flush
 // expire on their own. Call Flush before a producer stops: it returns when
 // the events answered before the call are in Redis (or submitted again,
-// their round gone), or when its context
-// ends. Inspect and Explain send no flush: they show the round in Redis plus
-// this process's local joins not yet flushed. local.go has the details;
-// LocalStats counts what it did.
+// their round gone), or when its context ends. Inspect and Explain send no
+// flush: they show the round in Redis plus this process's local joins not
+// yet flushed. local.go has the details; LocalStats counts what it did.
 //
 // # Replicas and failover
 //
