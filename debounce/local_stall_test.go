@@ -22,8 +22,8 @@ import (
 // that went out.
 type stalledFixture struct {
 	*fixture
-	proxy   *chaos.Proxy
-	flushes atomic.Int64
+	proxy          *chaos.Proxy
+	flushes, reads atomic.Int64
 }
 
 func newStalledFixture(t *testing.T, p debounce.Policy) *stalledFixture {
@@ -36,19 +36,22 @@ func newStalledFixture(t *testing.T, p debounce.Policy) *stalledFixture {
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DisableIdentity: true, MaxRetries: -1, ReadTimeout: 10 * time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
 	sf := &stalledFixture{proxy: proxy}
-	rdb.AddHook(countFlushes{&sf.flushes})
+	rdb.AddHook(countFlushes{&sf.flushes, &sf.reads})
 	sf.fixture = newFixture(t, backend{name: "redis", rdb: rdb}, p)
 	return sf
 }
 
-// countFlushes counts the pipelines of scripts as they start: in these
-// tests, the flushes.
-type countFlushes struct{ n *atomic.Int64 }
+// countFlushes counts the pipelines of scripts as they start (in these
+// tests, the flushes), and those that start with TYPE (Inspect's reads).
+type countFlushes struct{ n, reads *atomic.Int64 }
 
 func (countFlushes) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (countFlushes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h countFlushes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "type" {
+			h.reads.Add(1)
+		}
 		for _, cmd := range cmds {
 			if strings.HasPrefix(cmd.Name(), "eval") {
 				h.n.Add(1)
@@ -194,6 +197,7 @@ func TestLocalAnswersStopWhileAReadHoldsTheFlushes(t *testing.T) {
 	}
 	sf.proxy.Stall(true)
 	t.Cleanup(func() { sf.proxy.Heal() })
+	reads := sf.reads.Load()
 	read := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -201,9 +205,16 @@ func TestLocalAnswersStopWhileAReadHoldsTheFlushes(t *testing.T) {
 		_, _, err := sf.c.Inspect(ctx, p.Type, d.Key)
 		read <- err
 	}()
-	// The read goes out and waits; past the flushes' allowance (50 ms),
-	// sleeping longer only makes it more so.
-	time.Sleep(300 * time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for sf.reads.Load() == reads {
+		if time.Now().After(deadline) {
+			t.Fatal("Inspect's read did not go out within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The read waits on the blackhole; past the flushes' allowance (50
+	// ms), sleeping longer only makes it more so.
+	time.Sleep(200 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	if d, err := sf.c.Submit(ctx, debounce.Event{Type: p.Type, Args: json.RawMessage(`{"k":1}`)}); err == nil {
