@@ -182,7 +182,7 @@ func TestInspectChangesNothing(t *testing.T) {
 // TestLocalAnswersStopWhileAReadHoldsTheFlushes: Inspect holds the flush
 // lock while it reads (so that no flush is in flight); waiting on a
 // blackholed Redis, it holds the flushes back as a waiting flush does, and
-// local answers stop the same way. On 9e00d95 they went on for as long as
+// local answers stop the same way. On 3f732fe they went on for as long as
 // the read waited (the client's read timeout), none of them flushed.
 func TestLocalAnswersStopWhileAReadHoldsTheFlushes(t *testing.T) {
 	t.Parallel()
