@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/debounce"
-	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/internal/testenv"
 	"github.com/coalesce-io/coalesce/worker"
 )
@@ -65,16 +63,7 @@ func TestBypassedExclusiveJobsWaitWithoutUsingAttempts(t *testing.T) {
 		defer mu.Unlock()
 		ran[string(j.Args)] = append(ran[string(j.Args)], j.Attempt)
 		return nil
-	}, worker.Config{Types: []string{p.Type}, MaxDeliver: maxDeliver, Hooks: worker.Hooks{
-		Job: func(_ string, r worker.JobResult, _ debounce.ReleaseResult, _ time.Duration) {
-			switch r {
-			case worker.JobKeyBusy:
-				busy.Add(1)
-			case worker.JobDead:
-				dead.Add(1)
-			}
-		},
-	}})
+	}, worker.Config{Types: []string{p.Type}, MaxDeliver: maxDeliver, Hooks: countResults(&busy, &dead)})
 	// Hold the key until the three jobs together found it busy far more
 	// often than their attempts allow.
 	holdKey(t, w.co, holder, &busy, 3*(maxDeliver+3))
@@ -137,39 +126,15 @@ func TestReplayedExclusiveJobWaitsWithoutUsingAttempts(t *testing.T) {
 	ctx := context.Background()
 	d := s.submit(t, p.Type, `{"k":1}`)
 	var busy, dead atomic.Int64
-	var mu sync.Mutex
-	var runs []*worker.Job
-	s.run(t, func(_ context.Context, j *worker.Job) error {
-		mu.Lock()
-		defer mu.Unlock()
-		runs = append(runs, j)
-		if len(runs) == 1 {
-			return worker.Permanent(errors.New("the report server refuses"))
-		}
-		return nil
-	}, worker.Config{Types: []string{p.Type}, MaxDeliver: maxDeliver, Hooks: worker.Hooks{
-		Job: func(_ string, r worker.JobResult, _ debounce.ReleaseResult, _ time.Duration) {
-			switch r {
-			case worker.JobKeyBusy:
-				busy.Add(1)
-			case worker.JobDead:
-				dead.Add(1)
-			}
-		},
-	}})
-	deadLetters := admin.Dead{JS: s.js, Stream: s.pub.Stream(), Subjects: s.pub.Subjects()}
-	var letters []admin.DeadLetter
-	waitFor(t, 15*time.Second, "the dead letter", func() bool {
-		var err error
-		letters, err = deadLetters.List(ctx, p.Type, "", 10)
-		return err == nil && len(letters) == 1
-	})
+	h := &diesOnce{}
+	s.run(t, h.handle, worker.Config{Types: []string{p.Type}, MaxDeliver: maxDeliver, Hooks: countResults(&busy, &dead)})
+	deadLetters, letter := oneDeadLetter(t, s, p.Type, 15*time.Second)
 	holder := debounce.Job{Type: p.Type, Key: d.Key}
 	waitFor(t, 15*time.Second, "the key free after the dead job", func() bool {
 		kl, err := s.co.TakeKey(ctx, holder, "another-worker")
 		return err == nil && kl.Taken
 	})
-	if _, err := deadLetters.Replay(ctx, letters[0].Seq); err != nil {
+	if _, err := deadLetters.Replay(ctx, letter.Seq); err != nil {
 		t.Fatalf("replay: %v", err)
 	}
 	holdKey(t, s.co, holder, &busy, maxDeliver+3)
@@ -177,12 +142,9 @@ func TestReplayedExclusiveJobWaitsWithoutUsingAttempts(t *testing.T) {
 		t.Fatalf("ReleaseKey: %v %v", ok, err)
 	}
 	waitFor(t, 30*time.Second, "the replay, or a second dead letter", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(runs) == 2 || dead.Load() > 1
+		return len(h.ran()) == 2 || dead.Load() > 1
 	})
-	mu.Lock()
-	defer mu.Unlock()
+	runs := h.ran()
 	if dead.Load() != 1 {
 		t.Errorf("%d dead letters, want the first run's only: the replay only waited for its key (%d busy deliveries)", dead.Load(), busy.Load())
 	}
