@@ -72,16 +72,18 @@
 // every other and every process has the same DueSlack, because local answers
 // stop DueSlack + ClockSkew + FlushInterval + 50 ms before the round can be
 // taken (no layout's take takes a round that is not due) or expires. A flush
-// that gets no reply (or has waited more than 50 ms for it) stops local
-// answers until one does, and is sent again unchanged: its marker in Redis
-// keeps its reply until a minute after the last of its rounds expires, so it
-// applies once however late it is sent again (sent after that, it finds its
-// rounds gone, and their events are submitted again and counted in
-// LocalStats.Uncertain). Call Flush before a producer stops: it returns when
-// the events answered before the call are in Redis, or when its context
-// ends. Inspect and Explain send no flush: they show the round in Redis plus
-// this process's local joins not yet flushed. local.go has the details;
-// LocalStats counts what it did.
+// that gets no reply (or has waited more than 50 ms for it, or is held back
+// that long by Inspect's read) stops local answers until one does, and is
+// sent again unchanged: its marker in Redis keeps its reply until a minute
+// after the last of its rounds expires, so it applies once however late it
+// is sent again (sent after that, it finds its rounds gone, and their events
+// are submitted again and counted in LocalStats.Uncertain). Once its reply
+// is in, the next flush deletes the marker; those of a process's last flush
+// expire on their own. Call Flush before a producer stops: it returns when
+// the events answered before the call are in Redis (or submitted again,
+// their round gone), or when its context ends. Inspect and Explain send no
+// flush: they show the round in Redis plus this process's local joins not
+// yet flushed. local.go has the details; LocalStats counts what it did.
 //
 // # Replicas and failover
 //

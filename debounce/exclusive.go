@@ -58,13 +58,25 @@ func (c *Coalescer) leaseKey(job Job) string {
 }
 
 // TakeKey takes the lease of job's key for owner (one delivery's id), or
-// counts this delivery's wait when another owner holds it.
+// counts this delivery's wait when another owner holds it. The waits are
+// counted per job identity (Job.ID: a round's token, a bypassed job's
+// Bypass), so KeyLease.Waits are this job's own deliveries that only
+// waited; a bypassed job without a Bypass shares one count with the
+// key's other such jobs.
 func (c *Coalescer) TakeKey(ctx context.Context, job Job, owner string) (KeyLease, error) {
+	return c.TakeKeyFor(ctx, job, "", owner)
+}
+
+// TakeKeyFor is TakeKey for one run of a job among several with the same
+// identity (a replay of its dead letter: run is the dead letter's
+// sequence): run, when not empty, counts that run's waits apart from the
+// job's other deliveries. Replays of one dead letter share a count.
+func (c *Coalescer) TakeKeyFor(ctx context.Context, job Job, run, owner string) (KeyLease, error) {
 	lease, ok := c.LeaseOf(job)
 	if !ok {
 		return KeyLease{}, fmt.Errorf("%w: job type %q is not exclusive", ErrInvalidPolicy, job.Type)
 	}
-	waits := redisKey(c.prefix, c.mixOf(job.Type), job.Key, "ew"+job.Token.String())
+	waits := redisKey(c.prefix, c.mixOf(job.Type), job.Key, waitsSuffix(job, run))
 	keep := max(job.TTL, time.Hour)
 	now := c.now()
 	// A lease a failover could lose would let the key's next job start
@@ -94,6 +106,19 @@ func (c *Coalescer) TakeKey(ctx context.Context, job Job, owner string) (KeyLeas
 		kl.Waited = max(now.Sub(time.UnixMilli(r[2])), 0)
 	}
 	return kl, nil
+}
+
+// waitsSuffix names a job's count of waits beside its key: "ew" and its
+// token, or its Bypass (whose "_" no token has), and "~" and run.
+func waitsSuffix(job Job, run string) string {
+	id := job.Token.String()
+	if job.Token == 0 {
+		id = job.Bypass
+	}
+	if run != "" {
+		id += "~" + run
+	}
+	return "ew" + id
 }
 
 // RefreshKey extends owner's lease of job's key by the policy's lease. It

@@ -127,7 +127,7 @@ func (c *Coalescer) Flush(ctx context.Context) error {
 			// Events submitted again may have been joined locally, to the
 			// round the first of them opened: one more flush for them.
 			again = c.local.resubmitted.Load() != before
-			c.local.fmu.Unlock()
+			c.local.unlock()
 			took = took || t
 		} else {
 			err = ctx.Err()
@@ -198,13 +198,13 @@ func (c *Coalescer) assistFlush() {
 	if at == 0 || ls.failing.Load() || time.Since(ls.base)-time.Duration(at) < assistAfter*ls.every {
 		return
 	}
-	if !ls.fmu.TryLock() {
+	if !ls.tryLock() {
 		// A flush is under way, but late: let it have the CPU (its
 		// reply waits for a goroutine of the Redis client to run).
 		runtime.Gosched()
 		return
 	}
-	defer ls.fmu.Unlock()
+	defer ls.unlock()
 	ls.assists.Add(1)
 	_, _ = c.flushLocked(context.Background())
 }
@@ -212,7 +212,7 @@ func (c *Coalescer) assistFlush() {
 // lockFlush takes the flush lock within d (or ctx), reporting whether it did.
 func (ls *localState) lockFlush(ctx context.Context, d time.Duration) bool {
 	deadline := time.Now().Add(d)
-	for !ls.fmu.TryLock() {
+	for !ls.tryLock() {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return false
 		}
@@ -224,13 +224,13 @@ func (ls *localState) lockFlush(ctx context.Context, d time.Duration) bool {
 // flushLocal flushes the queue once, with the calls still unanswered from
 // earlier flushes, and retries pending resubmissions.
 func (c *Coalescer) flushLocal(ctx context.Context) error {
-	c.local.fmu.Lock()
-	defer c.local.fmu.Unlock()
+	c.local.lock()
+	defer c.local.unlock()
 	_, err := c.flushLocked(ctx)
 	return err
 }
 
-// flushLocked is flushLocal, under fmu; took reports that it took the queue
+// flushLocked is flushLocal, under the flush lock; took reports that it took the queue
 // (it does not while calls from earlier flushes await a reply).
 func (c *Coalescer) flushLocked(ctx context.Context) (took bool, err error) {
 	ls := c.local
@@ -338,13 +338,11 @@ func (c *Coalescer) sendFlush(ctx context.Context, calls []*flushCall) error {
 		resent[i] = fc.sent
 	}
 	unlinks := make([]*redis.IntCmd, 0, len(acked))
-	c.local.flushStart.Store(int64(time.Since(c.local.base)))
 	c.runScripts(ctx, sc, func(pipe redis.Pipeliner) {
 		for _, m := range acked {
 			unlinks = append(unlinks, pipe.Unlink(ctx, m))
 		}
 	})
-	c.local.flushStart.Store(0)
 	c.local.flushes.Add(1)
 	c.local.flushNanos.Add(int64(time.Since(start)))
 	var firstErr error

@@ -49,7 +49,7 @@ func (c *Coalescer) Inspect(ctx context.Context, jobType string, key RoundKey) (
 	// does not have yet.
 	local := c.local != nil && c.local.lockFlush(ctx, time.Second)
 	if local {
-		defer c.local.fmu.Unlock()
+		defer c.local.unlock()
 	}
 	keys := c.keys(p, key)
 	for i, k := range keys {
@@ -212,7 +212,7 @@ func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKe
 		// with their round (unless a flush has held the lock for a
 		// second: Redis may be gone).
 		_, _ = c.flushLocked(ctx)
-		c.local.fmu.Unlock()
+		c.local.unlock()
 	}
 	r, found, err := c.Inspect(ctx, jobType, key)
 	if err != nil {

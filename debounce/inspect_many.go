@@ -27,7 +27,7 @@ func (c *Coalescer) InspectMany(ctx context.Context, jobType string, keys []Roun
 	// counted in (under the flush lock, so none is in flight).
 	local := c.local != nil && c.local.lockFlush(ctx, time.Second)
 	if local {
-		defer c.local.fmu.Unlock()
+		defer c.local.unlock()
 	}
 	type read struct {
 		typ    *redis.StatusCmd

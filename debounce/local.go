@@ -178,7 +178,7 @@ type localState struct {
 	guard time.Duration // answers stop this long before due/expiry
 	max   int64         // entries at most
 
-	fmu     sync.Mutex // one flush at a time
+	fmu     sync.Mutex // one flush at a time: lock, tryLock, unlock
 	qmu     sync.Mutex
 	queue   []*localRound  // dirty rounds, in the order they became dirty
 	retry   []resubmission // events to submit again, their round gone
@@ -193,9 +193,10 @@ type localState struct {
 	queuedAt atomic.Int64 // when the queue last became non-empty; 0: empty
 	maxWait  atomic.Int64 // the longest an event waited for its flush to start, ns
 
-	// flushStart is when the flush under way was sent (since base, ns); 0:
-	// none is under way.
-	flushStart atomic.Int64
+	// lockedAt is when the flush lock was taken (since base, ns); 0: it is
+	// free. Its holder (a flush, its resubmissions, Inspect's read) holds
+	// every flush back while it waits on Redis.
+	lockedAt atomic.Int64
 
 	joined, flushes, flushedKeys, resubmitted, flushErrors, assists, uncertain, forgotten atomic.Uint64
 	flushNanos                                                                            atomic.Int64
@@ -209,13 +210,36 @@ func newLocalState(every, guard time.Duration, max int) *localState {
 	return ls
 }
 
-// flushStalled reports a flush under way for longer than flushMargin, the
-// round trip the guard allows it: the events answered meanwhile may reach
+// flushStalled reports the flush lock held for longer than flushMargin,
+// the round trip the guard allows a flush: a flush (or a read under the
+// lock, Inspect's) waits on Redis, the events answered meanwhile may reach
 // Redis only after their round can be taken, and a crash would lose more
 // than one flush interval's counts.
 func (ls *localState) flushStalled() bool {
-	at := ls.flushStart.Load()
+	at := ls.lockedAt.Load()
 	return at != 0 && time.Since(ls.base)-time.Duration(at) > flushMargin
+}
+
+// lock takes the flush lock; tryLock tries to; unlock gives it up. They
+// keep lockedAt.
+func (ls *localState) lock() {
+	ls.fmu.Lock()
+	ls.locked()
+}
+
+func (ls *localState) tryLock() bool {
+	if !ls.fmu.TryLock() {
+		return false
+	}
+	ls.locked()
+	return true
+}
+
+func (ls *localState) locked() { ls.lockedAt.Store(max(int64(time.Since(ls.base)), 1)) }
+
+func (ls *localState) unlock() {
+	ls.lockedAt.Store(0)
+	ls.fmu.Unlock()
 }
 
 func (ls *localState) shard(key RoundKey) *localShard {
@@ -245,10 +269,10 @@ func (c *Coalescer) LocalStats() LocalStats {
 func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev Event, now time.Time) (d Decision, ok bool, opener *localRound) {
 	ls := c.local
 	if ls.failing.Load() || ls.flushStalled() {
-		// Flushes fail, or the one under way waits (Redis unreachable,
-		// or a blackhole until the read timeout): answer nothing here
-		// that could not reach Redis; events go there (and fail, or
-		// bypass, as the policy says).
+		// Flushes fail, or the one under way (or a read holding them
+		// back) waits: Redis unreachable, or a blackhole until the read
+		// timeout. Answer nothing here that could not reach Redis;
+		// events go there (and fail, or bypass, as the policy says).
 		return d, false, nil
 	}
 	lk := localKey{p, key}

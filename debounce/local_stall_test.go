@@ -22,8 +22,8 @@ import (
 // that went out.
 type stalledFixture struct {
 	*fixture
-	proxy   *chaos.Proxy
-	flushes atomic.Int64
+	proxy          *chaos.Proxy
+	flushes, reads atomic.Int64
 }
 
 func newStalledFixture(t *testing.T, p debounce.Policy) *stalledFixture {
@@ -36,19 +36,22 @@ func newStalledFixture(t *testing.T, p debounce.Policy) *stalledFixture {
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DisableIdentity: true, MaxRetries: -1, ReadTimeout: 10 * time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
 	sf := &stalledFixture{proxy: proxy}
-	rdb.AddHook(countFlushes{&sf.flushes})
+	rdb.AddHook(countFlushes{&sf.flushes, &sf.reads})
 	sf.fixture = newFixture(t, backend{name: "redis", rdb: rdb}, p)
 	return sf
 }
 
-// countFlushes counts the pipelines of scripts as they start: in these
-// tests, the flushes.
-type countFlushes struct{ n *atomic.Int64 }
+// countFlushes counts the pipelines of scripts as they start (in these
+// tests, the flushes), and those that start with TYPE (Inspect's reads).
+type countFlushes struct{ n, reads *atomic.Int64 }
 
 func (countFlushes) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (countFlushes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h countFlushes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "type" {
+			h.reads.Add(1)
+		}
 		for _, cmd := range cmds {
 			if strings.HasPrefix(cmd.Name(), "eval") {
 				h.n.Add(1)
@@ -174,4 +177,52 @@ func TestInspectChangesNothing(t *testing.T) {
 			t.Errorf("%d jobs published, want the cancelled round's only", len(jobs))
 		}
 	})
+}
+
+// TestLocalAnswersStopWhileAReadHoldsTheFlushes: Inspect holds the flush
+// lock while it reads (so that no flush is in flight); waiting on a
+// blackholed Redis, it holds the flushes back as a waiting flush does, and
+// local answers stop the same way. On 3f732fe they went on for as long as
+// the read waited (the client's read timeout), none of them flushed.
+func TestLocalAnswersStopWhileAReadHoldsTheFlushes(t *testing.T) {
+	t.Parallel()
+	p := debounce.Policy{Type: "recompute", Mode: debounce.ModeDebounce, Window: time.Minute, Fail: debounce.FailClosed}
+	sf := newStalledFixture(t, p)
+	d := sf.submit(t, p.Type, `{"k":1}`)
+	sf.submit(t, p.Type, `{"k":1}`)
+	sf.flush(t)
+	joined := sf.c.LocalStats().Joined
+	if joined != 1 {
+		t.Fatalf("stats %+v: the second event was not answered locally", sf.c.LocalStats())
+	}
+	sf.proxy.Stall(true)
+	t.Cleanup(func() { sf.proxy.Heal() })
+	reads := sf.reads.Load()
+	read := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _, err := sf.c.Inspect(ctx, p.Type, d.Key)
+		read <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for sf.reads.Load() == reads {
+		if time.Now().After(deadline) {
+			t.Fatal("Inspect's read did not go out within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The read waits on the blackhole; past the flushes' allowance (50
+	// ms), sleeping longer only makes it more so.
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if d, err := sf.c.Submit(ctx, debounce.Event{Type: p.Type, Args: json.RawMessage(`{"k":1}`)}); err == nil {
+		t.Errorf("an event while Inspect waited on the blackhole was accepted: %+v", d)
+	}
+	if st := sf.c.LocalStats(); st.Joined != joined {
+		t.Errorf("stats %+v: an event was answered locally while the flushes were held back", st)
+	}
+	sf.proxy.Heal()
+	<-read
 }

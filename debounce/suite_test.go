@@ -344,8 +344,15 @@ func TestConcurrentEventsOpenOneRound(t *testing.T) {
 			} else if opened != 1 {
 				t.Errorf("%s: %d events opened a round, want 1 (outcomes %v)", p.Type, opened, counts)
 			}
-			if p.Mode != debounce.ModeThrottle && maxEvents != n {
-				t.Errorf("%s: round counted %d events, want %d", p.Type, maxEvents, n)
+			if p.Mode != debounce.ModeThrottle {
+				// The round's count, once this process's local joins are
+				// flushed: a decision's own count leaves out the local
+				// joins not flushed yet when it went to Redis (a flush
+				// held up more than 50 ms on a loaded machine sends the
+				// events there).
+				if r := f.inspect(t, f.c, p.Type, decisions[0].Key); r.Events != n || maxEvents > n {
+					t.Errorf("%s: the round counts %d events (decisions up to %d), want %d", p.Type, r.Events, maxEvents, n)
+				}
 			}
 		}
 		perType := map[string]int{}

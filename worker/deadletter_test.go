@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/coalesce-io/coalesce/debounce"
-	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/internal/testenv"
 	"github.com/coalesce-io/coalesce/worker"
 )
@@ -41,43 +40,24 @@ func TestLargeSummaryDeadLetterReplaysEveryItem(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	var mu sync.Mutex
-	var runs []*worker.Job
-	s.run(t, func(_ context.Context, j *worker.Job) error {
-		mu.Lock()
-		defer mu.Unlock()
-		runs = append(runs, j)
-		if len(runs) == 1 {
-			return worker.Permanent(errors.New("the mail server refuses"))
-		}
-		return nil
-	}, worker.Config{Types: []string{p.Type}})
-	dead := admin.Dead{JS: s.js, Stream: s.pub.Stream(), Subjects: s.pub.Subjects()}
-	var letters []admin.DeadLetter
-	waitFor(t, 30*time.Second, "the dead letter", func() bool {
-		var err error
-		letters, err = dead.List(context.Background(), p.Type, "", 10)
-		return err == nil && len(letters) == 1
-	})
-	mu.Lock()
-	first := runs[0]
-	mu.Unlock()
+	h := &diesOnce{}
+	s.run(t, h.handle, worker.Config{Types: []string{p.Type}})
+	dead, letter := oneDeadLetter(t, s, p.Type, 30*time.Second)
+	first := h.ran()[0]
 	if len(first.Summary.Items) != n {
 		t.Fatalf("the first run had %d items, want %d", len(first.Summary.Items), n)
 	}
 	if b, _ := json.Marshal(first.Summary); len(b) <= 64<<10 {
 		t.Fatalf("the summary is %d bytes: the test wants one over 64 KiB", len(b))
 	}
-	if sum := letters[0].Summary; sum == nil || len(sum.Items) != n || sum.Events != n {
+	if sum := letter.Summary; sum == nil || len(sum.Items) != n || sum.Events != n {
 		t.Fatalf("the dead letter's summary %v, want %d events and items", sum != nil, n)
 	}
-	if _, err := dead.Replay(context.Background(), letters[0].Seq); err != nil {
+	if _, err := dead.Replay(context.Background(), letter.Seq); err != nil {
 		t.Fatalf("replay: %v", err)
 	}
-	waitFor(t, 15*time.Second, "the replay", func() bool { mu.Lock(); defer mu.Unlock(); return len(runs) == 2 })
-	mu.Lock()
-	replay := runs[1]
-	mu.Unlock()
+	waitFor(t, 15*time.Second, "the replay", func() bool { return len(h.ran()) == 2 })
+	replay := h.ran()[1]
 	if replay.Release != worker.ReleaseReplayed || replay.Summary.Events != n || len(replay.Summary.Items) != n {
 		t.Errorf("the replay ran %s with %d events and %d items, want replayed with %d", replay.Release, replay.Summary.Events, len(replay.Summary.Items), n)
 	}

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/debounce"
-	"github.com/coalesce-io/coalesce/internal/admin"
 	"github.com/coalesce-io/coalesce/internal/testenv"
 	"github.com/coalesce-io/coalesce/worker"
 )
@@ -141,30 +139,14 @@ func TestBypassedDeadLetterReplays(t *testing.T) {
 	if d := s.submit(t, p.Type, `{"k":1}`); d.Outcome != debounce.OutcomeBypassed {
 		t.Fatalf("%+v, want bypassed", d)
 	}
-	var mu sync.Mutex
-	var runs []*worker.Job
-	s.run(t, func(_ context.Context, j *worker.Job) error {
-		mu.Lock()
-		defer mu.Unlock()
-		runs = append(runs, j)
-		if len(runs) == 1 {
-			return worker.Permanent(errors.New("no mail server"))
-		}
-		return nil
-	}, worker.Config{Types: []string{p.Type}})
-	dead := admin.Dead{JS: s.js, Stream: s.pub.Stream(), Subjects: s.pub.Subjects()}
-	var letters []admin.DeadLetter
-	waitFor(t, 15*time.Second, "the dead letter", func() bool {
-		var err error
-		letters, err = dead.List(context.Background(), p.Type, "", 10)
-		return err == nil && len(letters) == 1
-	})
-	if _, err := dead.Replay(context.Background(), letters[0].Seq); err != nil {
+	h := &diesOnce{}
+	s.run(t, h.handle, worker.Config{Types: []string{p.Type}})
+	dead, letter := oneDeadLetter(t, s, p.Type, 15*time.Second)
+	if _, err := dead.Replay(context.Background(), letter.Seq); err != nil {
 		t.Fatalf("replay: %v", err)
 	}
-	waitFor(t, 15*time.Second, "the replay", func() bool { mu.Lock(); defer mu.Unlock(); return len(runs) == 2 })
-	mu.Lock()
-	defer mu.Unlock()
+	waitFor(t, 15*time.Second, "the replay", func() bool { return len(h.ran()) == 2 })
+	runs := h.ran()
 	first, replay := runs[0], runs[1]
 	if first.ID() == "" || replay.ID() != first.ID() || replay.Replay == "" || replay.Release != worker.ReleaseReplayed {
 		t.Errorf("the replay: id %q replay %q release %s; want the dead job's id %q, replayed", replay.ID(), replay.Replay, replay.Release, first.ID())

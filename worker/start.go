@@ -117,7 +117,7 @@ func startExclusive(ctx context.Context, co *debounce.Coalescer, pub debounce.Pu
 	// comes again shortly; its wait is no attempt and no delivery the
 	// backstop counts.
 	owner := newOwner()
-	kl, err := co.TakeKey(ctx, job.Job, owner)
+	kl, err := co.TakeKeyFor(ctx, job.Job, job.Replay, owner)
 	if err != nil && job.Token == 0 {
 		// Published without a reservation because Redis was down (fail
 		// open): it runs without the lease too, rather than wait for
@@ -132,11 +132,10 @@ func startExclusive(ctx context.Context, co *debounce.Coalescer, pub debounce.Pu
 	if !kl.Taken {
 		return Started{Action: StartRetry, Result: JobKeyBusy, Delay: keyWait(kl.Left), Reason: "its key is busy: another job of the key is running"}, nil
 	}
-	if job.Token != 0 && job.Replay == "" {
-		// The waits are counted per round token: a replay's or a bypassed
-		// job's would be another job's (their deliveries stay their count).
-		job.Attempt = max(job.Attempt-kl.Waits, 1)
-	}
+	// The waits are counted per job identity (a round's token, a bypassed
+	// job's Bypass) and, for a replay, per dead letter: they are this
+	// message's deliveries that only waited for the key, no attempts.
+	job.Attempt = max(job.Attempt-kl.Waits, 1)
 	s, err := startDelivery(ctx, co, pub, job, maxDeliver, retryIn)
 	if err != nil || s.Action != StartRun {
 		if _, rerr := co.ReleaseKey(context.WithoutCancel(ctx), job.Job, owner); rerr != nil && err == nil {

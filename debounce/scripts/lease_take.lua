@@ -2,7 +2,8 @@
 -- delivery's wait (exclusive.go): at most one job of a key runs at a time.
 --
 -- KEYS[1] -> the key's lease (the round key's tag and "e"): the owner
--- KEYS[2] -> the job's waits (the tag, "ew" and its token): a hash of n,
+-- KEYS[2] -> the job's waits (the tag, "ew" and its identity: its token or
+--            bypass, and "~" and its run for a replay): a hash of n,
 --            the deliveries that found the key busy, and since, when the
 --            first did (unix ms)
 -- ARGV[1] -> the owner: one delivery's random id

@@ -208,13 +208,24 @@ func TestProtocolExclusiveKey(t *testing.T) {
 }
 
 // TestProtocolDeadLetterKeepsALargeSummary: a job of the worker protocol
-// dies with a summary too large for a header (40 items of 1 KiB): start's
-// dead answer gives the dead letter's body (args and summary) and
+// dies with a summary too large for a header (40 and 80 items of 1 KiB):
+// start's dead answer gives the dead letter's body (args and summary) and
 // headers; the dead letter published so (as a protocol worker does) shows
-// every item, and its replay starts with them. On 47bb46e the summary was
-// left out of dead_letter_headers past 64 KiB, and nothing else kept it.
+// every item, and its replay starts with them. On 410d1a67 the 80-item
+// summary (over 64 KiB) was left out of dead_letter_headers, and nothing
+// else kept it (the dead letter had no summary); the 40-item one (over the
+// 32 KiB a header now holds) went in a header then, and passes there.
 func TestProtocolDeadLetterKeepsALargeSummary(t *testing.T) {
 	t.Parallel()
+	for _, n := range []int{40, 80} {
+		t.Run(fmt.Sprintf("%d_items", n), func(t *testing.T) {
+			t.Parallel()
+			protocolDeadLetterKeepsASummary(t, n)
+		})
+	}
+}
+
+func protocolDeadLetterKeepsASummary(t *testing.T, n int) {
 	ctx := context.Background()
 	_, js := testenv.NATS(t).Connect(t)
 	pub, err := publisher.New(ctx, js, nil)
@@ -245,7 +256,6 @@ func TestProtocolDeadLetterKeepsALargeSummary(t *testing.T) {
 		t.Fatalf("no job message within 10 s: %v", batch.Error())
 		return nil
 	}
-	const n = 40
 	for i := range n {
 		if _, err := co.Submit(ctx, debounce.Event{Type: p.Type, Args: json.RawMessage(fmt.Sprintf(`{"user":"ann","i":%d,"pad":"%s"}`, i, strings.Repeat("z", 1024)))}); err != nil {
 			t.Fatal(err)

@@ -15,7 +15,8 @@ const Mask = "xxxxx"
 
 // URL returns raw with its secrets replaced by Mask:
 //
-//   - the password of its user info (scheme://user:PASSWORD@host);
+//   - the password of its user info (scheme://user:PASSWORD@host), and a
+//     user alone where it is a token (nats://TOKEN@host, https://TOKEN@host);
 //   - the value of every query parameter whose name says it is a secret:
 //     password, sslpassword, passwd, pwd, secret, client_secret, token,
 //     access_token, api_key, auth, signature, credentials and the like
@@ -32,10 +33,12 @@ func URL(raw string) string {
 			return keywords(raw)
 		}
 		if at := strings.LastIndexByte(raw, '@'); at >= 0 {
-			// user:password@host:port without a scheme (NATS takes it).
+			// user:password@host:port without a scheme (NATS takes it),
+			// or token@host:port (NATS's token).
 			if c := strings.IndexByte(raw[:at], ':'); c >= 0 {
 				return raw[:c+1] + Mask + raw[at:]
 			}
+			return Mask + raw[at:]
 		}
 		return raw
 	}
@@ -45,6 +48,8 @@ func URL(raw string) string {
 	}
 	if _, ok := u.User.Password(); ok {
 		u.User = url.UserPassword(u.User.Username(), Mask)
+	} else if u.User != nil && tokenInUser(u.Scheme) {
+		u.User = url.User(Mask)
 	}
 	if u.RawQuery != "" {
 		q, err := url.ParseQuery(u.RawQuery)
@@ -65,6 +70,18 @@ func URL(raw string) string {
 		u.Fragment = Mask // never anything a server needs
 	}
 	return u.String()
+}
+
+// tokenInUser reports a scheme whose user info without a password is a
+// secret: NATS reads nats://TOKEN@host as its token, and an HTTP user alone
+// is usually a token too (https://TOKEN@host). Redis and Postgres take a
+// user name there.
+func tokenInUser(scheme string) bool {
+	switch strings.ToLower(scheme) {
+	case "nats", "tls", "ws", "wss", "http", "https":
+		return true
+	}
+	return false
 }
 
 // URLs is URL of each, joined with commas (NATS's server list).

@@ -19,6 +19,12 @@ func TestURL(t *testing.T) {
 		"redis://:s3cret@cache:6379/0":                                   "redis://:xxxxx@cache:6379/0",
 		"rediss://user:s3cret@cache:6379/0?dial_timeout=3s":              "rediss://user:xxxxx@cache:6379/0?dial_timeout=3s",
 		"nats://user:s3cret@n1:4222":                                     "nats://user:xxxxx@n1:4222",
+		"nats://s3cret@n1:4222":                                          "nats://xxxxx@n1:4222",
+		"tls://s3cret@n1:4222":                                           "tls://xxxxx@n1:4222",
+		"https://s3cret@hooks.example/jobs":                              "https://xxxxx@hooks.example/jobs",
+		"s3cret@n1:4222":                                                 "xxxxx@n1:4222",
+		"postgres://app@db/app":                                          "postgres://app@db/app",
+		"redis://default@cache:6379/0":                                   "redis://default@cache:6379/0",
 		"https://hooks.example/jobs?token=s3cret&x=1":                    "https://hooks.example/jobs?token=xxxxx&x=1",
 		"https://hooks.example/jobs?api_key=s3cret#s3cret":               "https://hooks.example/jobs?api_key=xxxxx#xxxxx",
 		"http://127.0.0.1:8080":                                          "http://127.0.0.1:8080",
@@ -48,7 +54,7 @@ func TestError(t *testing.T) {
 
 // planted are forms a secret takes in the strings coalesce logs.
 var planted = []string{"postgres://u:%s@h/db", "postgres://h/db?sslmode=off&password=%s", "host=h password=%s dbname=d",
-	"nats://u:%s@h:4222", "https://h/p?x=1&token=%s", "u:%s@h:1", "redis://:%s@h:6379/0", "postgres://h/db?SSLPassword=%s"}
+	"nats://u:%s@h:4222", "nats://%s@h:4222", "https://h/p?x=1&token=%s", "u:%s@h:1", "redis://:%s@h:6379/0", "postgres://h/db?SSLPassword=%s"}
 
 // FuzzURL: whatever the input, no panic; and a secret planted in any of
 // the forms above never comes out.
