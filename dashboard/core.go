@@ -203,9 +203,7 @@ func (d *Dashboard) deadOne(w http.ResponseWriter, r *http.Request) error {
 		_, err = d.dead.Purge(r.Context(), "", "", seq)
 		out = map[string]int{"purged": 1}
 	default:
-		var subject string
-		subject, err = d.dead.Replay(r.Context(), seq)
-		out = map[string]any{"replayed": seq, "subject": subject}
+		out, err = d.dead.Replay(r.Context(), seq)
 	}
 	if errors.Is(err, admin.ErrNoDeadLetter) {
 		return errf(http.StatusNotFound, "not_found", "seq", "%v", err)
