@@ -928,6 +928,8 @@ func (a *API) round(w http.ResponseWriter, r *http.Request) *apiError {
 		return errf(http.StatusConflict, "other_round", "round", "round %s of %s %s is no longer pending; round %s is, and was not cancelled", token, jobType, key, round.Token)
 	case debounce.CancelStarted:
 		return errf(http.StatusConflict, "already_started", "round", "round %s of %s %s has started (or finished): too late to cancel", token, jobType, key)
+	case debounce.CancelAlreadyCancelled:
+		return errf(http.StatusConflict, "already_cancelled", "round", "round %s of %s %s was cancelled already; nothing changed", token, jobType, key)
 	}
 	var purged uint64
 	if a.cfg.Publisher != nil {
