@@ -1,9 +1,11 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coalesce-io/coalesce/internal/testenv"
 )
@@ -44,5 +46,42 @@ func TestServeExternalLogsOnlyWhatHappened(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWorkLogsEachJobAndItsShutdown: `coalesce work` logs a line per job it
+// ran (type, key, events) and one when it stops, with what it did (it
+// logged nothing per job and nothing at shutdown).
+func TestWorkLogsEachJobAndItsShutdown(t *testing.T) {
+	t.Parallel()
+	cfg, err := os.ReadFile(filepath.Join("testdata", "walk.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd := serveEmbedded(t, string(cfg))
+	work := start(t, "work", "--redis", "redis://"+sd.redisAddr+"/0", "--nats", "nats://"+sd.natsAddr, "--config", sd.cfgPath,
+		"--type", "recompute", "--exec", "cat >/dev/null")
+	for _, args := range []string{`{"tenant_id":1}`, `{"tenant_id":1}`, `{"tenant_id":2}`} {
+		if code, out, stderr := runBin(t, "", "submit", "--server", sd.base, "--type", "recompute", "--args", args); code != 0 {
+			t.Fatalf("submit: %d %s %s", code, out, stderr)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); strings.Count(work.out.String(), `msg="job ran"`) < 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("work logged no line for each of the 2 jobs within 30 s:\n%s", work.out.String())
+		}
+	}
+	if code := work.stop(t); code != 0 {
+		t.Fatalf("work exited %d after SIGTERM:\n%s", code, work.out.String())
+	}
+	out := work.out.String()
+	for _, want := range []string{
+		`msg="job ran" job_type=recompute key=`, " events=2 ", " events=1 ",
+		`msg="shutting down: no new jobs; finishing the running ones"`,
+		`msg=stopped ran=2 failed=0 dead_lettered=0`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("work's log lacks %q:\n%s", want, out)
+		}
 	}
 }
