@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,5 +85,47 @@ func TestWorkLogsEachJobAndItsShutdown(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("work's log lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestBenchStoppedBySIGTERM: a bench stopped by SIGTERM reports what it
+// sent, not the events it never sent as errors, and exits 0 (it exited 1
+// with every unsent event counted as failed).
+func TestBenchStoppedBySIGTERM(t *testing.T) {
+	t.Parallel()
+	rs := testenv.NewRedis(t)
+	rdb := rs.Client(t)
+	bench := start(t, "bench", "--redis", rs.URL, "--events", "2000000", "--keys", "1000", "--concurrency", "8", "--payload", "last", "--window", "1m")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if n, _ := rdb.DBSize(context.Background()).Result(); n > 0 {
+			break // deciding
+		}
+		if time.Now().After(deadline) || bench.cmd.ProcessState != nil {
+			t.Fatalf("bench wrote nothing to Redis within 60 s:\n%s", bench.out.String())
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	if code := bench.stop(t); code != 0 {
+		t.Fatalf("bench exited %d after SIGTERM:\n%s", code, bench.out.String())
+	}
+	out := bench.out.String()
+	var res struct {
+		Events      int     `json:"events"`
+		Errors      int64   `json:"errors"`
+		EventsPerS  float64 `json:"events_per_s"`
+		Interrupted bool    `json:"interrupted"`
+		Sent        int     `json:"sent"`
+	}
+	line := out[strings.Index(out, "{"):]
+	line = line[:strings.Index(line, "\n")]
+	if err := json.Unmarshal([]byte(line), &res); err != nil {
+		t.Fatalf("bench's result: %v:\n%s", err, out)
+	}
+	if !res.Interrupted || res.Sent <= 0 || res.Sent >= res.Events || res.Errors != 0 || res.EventsPerS <= 0 {
+		t.Errorf("bench stopped: interrupted %v, sent %d of %d, %d errors, %v events/s; want interrupted, some sent, no errors:\n%s",
+			res.Interrupted, res.Sent, res.Events, res.Errors, res.EventsPerS, out)
+	}
+	if !strings.Contains(out, "stopped after") {
+		t.Errorf("bench did not say it was stopped:\n%s", out)
 	}
 }
