@@ -31,11 +31,7 @@ type Result struct {
 	Keys        int     `json:"keys"`
 	Concurrency int     `json:"concurrency"`
 	Pending     int     `json:"pending,omitempty"` // rounds of other keys opened before the run
-	// Interrupted: the run was stopped (SIGTERM, Ctrl-C) before it sent
-	// every event; Sent is how many were answered, and the figures are
-	// theirs. Events cut short by the stop are no errors.
-	Interrupted bool `json:"interrupted,omitempty"`
-	Sent        int  `json:"sent,omitempty"`
+
 	Errors      int64   `json:"errors"`
 	Seconds     float64 `json:"seconds"`
 	EventsPerS  float64 `json:"events_per_s"`
@@ -64,6 +60,12 @@ type Result struct {
 	Resubmitted    *uint64  `json:"resubmitted,omitempty"`
 	FlushAssists   *uint64  `json:"flush_assists,omitempty"`     // flushes a submitting goroutine ran: the flusher lacked CPU
 	FlushWaitMaxMs *float64 `json:"flush_wait_max_ms,omitempty"` // the longest a local join waited for its flush to start
+
+	// Interrupted: the run was stopped (SIGTERM, Ctrl-C) before it sent
+	// every event; Sent is how many were answered, and the figures are
+	// theirs. Events cut short by the stop are no errors.
+	Interrupted bool `json:"interrupted,omitempty"`
+	Sent        int  `json:"sent,omitempty"`
 }
 
 // Submit decides events [from, to): one request (a batch) of the workload.
