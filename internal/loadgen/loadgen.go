@@ -31,7 +31,6 @@ type Result struct {
 	Keys        int     `json:"keys"`
 	Concurrency int     `json:"concurrency"`
 	Pending     int     `json:"pending,omitempty"` // rounds of other keys opened before the run
-
 	Errors      int64   `json:"errors"`
 	Seconds     float64 `json:"seconds"`
 	EventsPerS  float64 `json:"events_per_s"`
