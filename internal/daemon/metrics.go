@@ -79,7 +79,7 @@ func NewMetrics(types ...string) *Metrics {
 		Help:    "From a round's first event to its job's start.",
 		Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}}, []string{"type"})
 	m.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_jobs_total",
-		Help: "Job deliveries handled by workers, by job type and result (ok, retry, dead, rescheduled, superseded, done, key_busy, duplicate_done, duplicate_running, release_failed)."}, []string{"type", "result"})
+		Help: "Job deliveries handled by workers (coalesce work, and the worker protocol's counted by the daemon that answers it), by job type and result (ok, retry, dead, rescheduled, superseded, done, key_busy, duplicate_done, duplicate_running, release_failed)."}, []string{"type", "result"})
 	m.guard = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_guard_total",
 		Help: "Run-once guard decisions, by job type and result."}, []string{"type", "result"})
 	m.ingest = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_ingest_total",
