@@ -39,6 +39,9 @@ type Metrics struct {
 	failovers     prometheus.Counter
 
 	types map[string]bool // the job types a label may name
+	// later are the series registered after NewMetrics: the outbox's and
+	// local joins', when configured.
+	later []prometheus.Collector
 
 	// History remembers the rounds this daemon opens (and a watched key's
 	// events) for the dashboard's timelines.
@@ -114,8 +117,13 @@ func NewMetrics(types ...string) *Metrics {
 // WatchLocalJoins exports co's local-join counters (debounce.LocalStats).
 // The first Coalescer a Metrics watches is the one it reports.
 func (m *Metrics) WatchLocalJoins(co *debounce.Coalescer) {
+	register := func(c prometheus.Collector) {
+		if m.Registry.Register(c) == nil {
+			m.later = append(m.later, c)
+		}
+	}
 	counter := func(name, help string, v func(debounce.LocalStats) uint64) {
-		_ = m.Registry.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+		register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(v(co.LocalStats())) }))
 	}
 	counter("coalesce_local_joins_total", "Events answered without a Redis call, their round known pending here (local joins).",
@@ -126,7 +134,7 @@ func (m *Metrics) WatchLocalJoins(co *debounce.Coalescer) {
 		func(s debounce.LocalStats) uint64 { return s.FlushErrors })
 	counter("coalesce_local_resubmitted_total", "Locally joined events submitted again: their round was gone at the flush.",
 		func(s debounce.LocalStats) uint64 { return s.Resubmitted })
-	_ = m.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coalesce_local_rounds",
+	register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coalesce_local_rounds",
 		Help: "Rounds this daemon remembers for local joins."}, func() float64 { return float64(co.LocalStats().Rounds) }))
 }
 
