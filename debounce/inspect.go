@@ -235,7 +235,7 @@ func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKe
 		}
 		if rel.Result == ReleaseReleased {
 			c.forget(jobType, key, token)
-			keep := max(time.Until(r.ExpiresAt), DoneRetention)
+			keep := max(time.Until(r.ExpiresAt), doneRetention)
 			if err := c.rdb.Set(ctx, c.doneKey(job), doneCancelled, keep).Err(); err != nil {
 				return r, "", fmt.Errorf("%w: cancel %s %s: mark the round done: %w", ErrStoreUnavailable, jobType, key, err)
 			}
