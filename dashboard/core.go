@@ -54,6 +54,8 @@ func (d *Dashboard) round(w http.ResponseWriter, r *http.Request) error {
 		return errf(http.StatusConflict, "other_round", "round", "round %s of %s %s is no longer pending; round %s is, and was not cancelled", token, typ, key, round.Token)
 	case debounce.CancelStarted:
 		return errf(http.StatusConflict, "already_started", "round", "round %s of %s %s has started (or finished): too late to cancel", token, typ, key)
+	case debounce.CancelAlreadyCancelled:
+		return errf(http.StatusConflict, "already_cancelled", "round", "round %s of %s %s was cancelled already; nothing changed", token, typ, key)
 	}
 	purged, err := d.cfg.Publisher.Cancel(r.Context(), typ, key, token)
 	if err != nil {
@@ -203,9 +205,7 @@ func (d *Dashboard) deadOne(w http.ResponseWriter, r *http.Request) error {
 		_, err = d.dead.Purge(r.Context(), "", "", seq)
 		out = map[string]int{"purged": 1}
 	default:
-		var subject string
-		subject, err = d.dead.Replay(r.Context(), seq)
-		out = map[string]any{"replayed": seq, "subject": subject}
+		out, err = d.dead.Replay(r.Context(), seq)
 	}
 	if errors.Is(err, admin.ErrNoDeadLetter) {
 		return errf(http.StatusNotFound, "not_found", "seq", "%v", err)

@@ -126,13 +126,13 @@ func (w *FailoverWatch) Check(ctx context.Context) (changed bool, what string, e
 	return true, strings.Join(changes, "; "), nil
 }
 
-// ReconcileAfter is how long past its due time a round counts as overdue
+// reconcileAfter is how long past its due time a round counts as overdue
 // in a Reconcile pass: longer than a schedule fires late under load (about
 // 0.5 s) plus the due slack.
-const ReconcileAfter = 2 * time.Second
+const reconcileAfter = 2 * time.Second
 
 // Reconcile is the pass to run when a FailoverWatch saw a new primary: like
-// Pass, but rounds ReconcileAfter past their due time (not RepairAfter) are
+// Pass, but rounds reconcileAfter past their due time (not RepairAfter) are
 // looked up in the stream now, whatever earlier passes found, and the job
 // of each round whose message is gone is published again (the round
 // survived on the new primary, its job did not: it was lost, or it ran and
@@ -140,7 +140,7 @@ const ReconcileAfter = 2 * time.Second
 // later: rounds that were just due at the failover become overdue then.
 func (r *Reaper) Reconcile(ctx context.Context) (ReapReport, error) {
 	saved := r.RepairAfter
-	r.RepairAfter = min(saved, ReconcileAfter)
+	r.RepairAfter = min(saved, reconcileAfter)
 	defer func() { r.RepairAfter = saved }()
 	clear(r.present) // a message found before the failover may be gone since
 	return r.Pass(ctx)

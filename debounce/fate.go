@@ -11,7 +11,7 @@ import (
 
 // RoundFate is what Redis still remembers of a round that is no longer
 // pending: its job's start (the copy the take kept, until Finish or
-// TakenRetention) and its finish or cancel (the done marker, DoneRetention).
+// takenRetention) and its finish or cancel (the done marker, doneRetention).
 // Zero fields: not known (never, or forgotten).
 type RoundFate struct {
 	StartedAt  time.Time `json:"started_at,omitzero"`  // its job's first start
@@ -48,7 +48,7 @@ func (c *Coalescer) Fates(ctx context.Context, jobType string, keys []RoundKey, 
 	out := make([]RoundFate, len(keys))
 	for i, rd := range reads {
 		if exp := rd.takenExp.Val(); exp > 0 {
-			out[i].StartedAt = time.UnixMilli(exp.Milliseconds()).Add(-TakenRetention)
+			out[i].StartedAt = time.UnixMilli(exp.Milliseconds()).Add(-takenRetention)
 			out[i].Starts, _ = rd.starts.Int()
 		}
 		switch done := rd.done.Val(); {
@@ -56,7 +56,7 @@ func (c *Coalescer) Fates(ctx context.Context, jobType string, keys []RoundKey, 
 			out[i].Cancelled = true
 		case done != "":
 			if exp := rd.doneExp.Val(); exp > 0 {
-				out[i].FinishedAt = time.UnixMilli(exp.Milliseconds()).Add(-DoneRetention)
+				out[i].FinishedAt = time.UnixMilli(exp.Milliseconds()).Add(-doneRetention)
 			}
 		}
 	}

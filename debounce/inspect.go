@@ -169,9 +169,11 @@ type CancelResult string
 // Cancel results.
 const (
 	// CancelCancelled: the round was pending and is gone; its job will not
-	// run (a delivery of it is told the round is done). Also the answer to
-	// a repeated cancel of the same round while no other round is pending.
+	// run (a delivery of it is told the round is done).
 	CancelCancelled CancelResult = "cancelled"
+	// CancelAlreadyCancelled: the round had been cancelled before (a
+	// repeated cancel); nothing was changed.
+	CancelAlreadyCancelled CancelResult = "already_cancelled"
 	// CancelOtherRound: another round of the key is pending; nothing was
 	// changed (a cancel replayed after its round ended must not cancel the
 	// next one).
@@ -233,7 +235,7 @@ func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKe
 		}
 		if rel.Result == ReleaseReleased {
 			c.forget(jobType, key, token)
-			keep := max(time.Until(r.ExpiresAt), DoneRetention)
+			keep := max(time.Until(r.ExpiresAt), doneRetention)
 			if err := c.rdb.Set(ctx, c.doneKey(job), doneCancelled, keep).Err(); err != nil {
 				return r, "", fmt.Errorf("%w: cancel %s %s: mark the round done: %w", ErrStoreUnavailable, jobType, key, err)
 			}
@@ -251,7 +253,7 @@ func (c *Coalescer) CancelRound(ctx context.Context, jobType string, key RoundKe
 	case found && r.Token != token:
 		return r, CancelOtherRound, nil
 	case done.Val() == doneCancelled:
-		return Round{Type: jobType, Key: key, Token: token}, CancelCancelled, nil
+		return Round{Type: jobType, Key: key, Token: token}, CancelAlreadyCancelled, nil
 	case taken.Val() > 0 || done.Val() != "":
 		return Round{Type: jobType, Key: key, Token: token}, CancelStarted, nil
 	}

@@ -93,8 +93,8 @@ const (
 // (and the field names PolicyError uses); durations there are Go durations
 // such as "30s".
 type Policy struct {
-	Type string `yaml:"-"` // job type, as in fingerprint.ValidateType
-	Mode Mode   `yaml:"mode"`
+	Type string `yaml:"-"`    // job type, as in fingerprint.ValidateType
+	Mode Mode   `yaml:"mode"` // debounce, dedup or throttle (required)
 
 	// Window: debounce delay (from the first event, or from each event with
 	// Extend); throttle window length. Not used by dedup.

@@ -43,7 +43,7 @@ const (
 	// reschedule, a repair, a filled round) took it; this one must not run.
 	// Ack it.
 	ReleaseSuperseded ReleaseResult = "superseded"
-	// ReleaseDone: the job finished a moment ago (DoneRetention); this is a
+	// ReleaseDone: the job finished a moment ago (doneRetention); this is a
 	// later delivery (an ack lost, a stale version) and must not run. Ack it.
 	ReleaseDone ReleaseResult = "done"
 )
@@ -74,14 +74,14 @@ type Release struct {
 	Starts int
 }
 
-// TakenRetention is how long a round closed at job start keeps its summary
+// takenRetention is how long a round closed at job start keeps its summary
 // for retries of the job, unless Finish deletes it first.
-const TakenRetention = 24 * time.Hour
+const takenRetention = 24 * time.Hour
 
-// DoneRetention is how long Finish remembers that a round's job is done, so
+// doneRetention is how long Finish remembers that a round's job is done, so
 // that a delivery coming after it (its ack was lost, or another version of
 // the round fired late) does not run the job again.
-const DoneRetention = 2 * time.Minute
+const doneRetention = 2 * time.Minute
 
 // Start closes the job's round as its job starts, so that events from now on
 // open the next round, and returns the round's summary. For an extended round
@@ -116,7 +116,7 @@ func (c *Coalescer) Start(ctx context.Context, job Job) (Release, error) {
 // countStart counts a start of a job without a round to close, in its taken
 // key; a done job is ReleaseDone.
 func (c *Coalescer) countStart(ctx context.Context, job Job, rel Release) (Release, error) {
-	n, err := countStartScript.Run(ctx, c.rdb, []string{c.takenKey(job), c.doneKey(job)}, TakenRetention.Milliseconds()).Int()
+	n, err := countStartScript.Run(ctx, c.rdb, []string{c.takenKey(job), c.doneKey(job)}, takenRetention.Milliseconds()).Int()
 	if err != nil {
 		return Release{}, fmt.Errorf("%w: count the start of %s job %s of %s: %w", ErrStoreUnavailable, job.Type, job.Token, job.Key, err)
 	}
@@ -148,7 +148,7 @@ func (c *Coalescer) Finish(ctx context.Context, job Job, succeeded, final bool) 
 	}
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, c.takenKey(job))
-		p.Set(ctx, c.doneKey(job), job.Version, DoneRetention)
+		p.Set(ctx, c.doneKey(job), job.Version, doneRetention)
 		return nil
 	})
 	if err != nil {
@@ -169,7 +169,7 @@ func (c *Coalescer) takenKey(job Job) string {
 	return redisKey(c.prefix, c.mixOf(job.Type), job.Key, suffix)
 }
 
-// doneKey is where Finish remembers for DoneRetention that the job is done.
+// doneKey is where Finish remembers for doneRetention that the job is done.
 func (c *Coalescer) doneKey(job Job) string {
 	suffix := "d" + job.Token.String()
 	if job.Mode == ModeThrottle {
@@ -271,7 +271,7 @@ func (packedLayout) release(ctx context.Context, c *Coalescer, job Job, op strin
 		due = job.DueAt.UnixMilli()
 	}
 	cmd, doubt := c.runDoubt(ctx, releasePackedScript, keys,
-		exp, rnd, op, TakenRetention.Milliseconds(), job.Version, wms, wval,
+		exp, rnd, op, takenRetention.Milliseconds(), job.Version, wms, wval,
 		due, c.now().UnixMilli(), c.slack.Milliseconds())
 	res, err := cmd.Int64Slice()
 	if err == nil && len(res) < 2 {
@@ -322,7 +322,7 @@ func (hashLayout) release(ctx context.Context, c *Coalescer, job Job, op string)
 		keys = append(keys, wkey)
 	}
 	cmd, doubt := c.runDoubt(ctx, takeRoundScript, keys,
-		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op, TakenRetention.Milliseconds(), job.Version, wms, wval)
+		strconv.FormatUint(uint64(job.Token), 10), c.now().UnixMilli(), c.slack.Milliseconds(), op, takenRetention.Milliseconds(), job.Version, wms, wval)
 	res, err := cmd.Slice()
 	if err != nil {
 		return Release{}, nil, err

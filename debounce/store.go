@@ -52,18 +52,18 @@ const (
 	// this often, so a Redis that lost its data (and got a new identity)
 	// stamps its new jobs with it soon.
 	storeRefresh = 10 * time.Second
-	// StoreStaleness is how long before a job's round opened its Redis's
+	// storeStaleness is how long before a job's round opened its Redis's
 	// identity may have been written and the job still count as that
 	// Redis's: its producer stamped the identity it had cached (read at
 	// most storeRefresh before). A Redis that has had another identity for
 	// longer is another Redis.
-	StoreStaleness = 3 * storeRefresh
+	storeStaleness = 3 * storeRefresh
 )
 
 // EnsureStore returns the store identity of the Coalescer's Redis, writing
 // a new one if it has none (a new Redis, or one that lost its data).
 func (c *Coalescer) EnsureStore(ctx context.Context) (Store, error) {
-	fresh := Store{ID: newStoreID(), Created: c.now().UnixMilli(), Addr: RedisAddr(c.rdb)}
+	fresh := Store{ID: newStoreID(), Created: c.now().UnixMilli(), Addr: redisAddr(c.rdb)}
 	b, _ := json.Marshal(fresh)
 	raw, err := storeIdentityScript.Run(ctx, c.rdb, []string{c.prefix + StoreKey}, string(b)).Text()
 	if err != nil {
@@ -141,7 +141,7 @@ var ErrOtherStore = errors.New("the job was reserved in another Redis")
 
 // CheckStore compares the store a job was reserved in with this
 // Coalescer's Redis: a worker runs the job only if they agree. A store
-// created after the job's round opened (or up to StoreStaleness before: its
+// created after the job's round opened (or up to storeStaleness before: its
 // producer may have stamped the identity it had cached) is taken as the
 // same Redis after a data loss (the job runs, its round missing, as
 // at-least-once asks); a store that had another id for longer is another
@@ -166,13 +166,13 @@ func (c *Coalescer) CheckStore(ctx context.Context, job Job) (StoreCheck, error)
 		// a data loss, before any producer wrote it again. The address
 		// tells them apart: the same one as the job's producer reached is
 		// that Redis, which gets its identity again here.
-		if job.StoreAddr != "" && job.StoreAddr == RedisAddr(c.rdb) {
+		if job.StoreAddr != "" && job.StoreAddr == redisAddr(c.rdb) {
 			if fresh, err := c.EnsureStore(ctx); err == nil {
 				return StoreCheck{OK: true, Mine: fresh, Note: fmt.Sprintf("Redis at %s had lost its data, store identity %s with it; it is store %s now, and the job runs without its round", job.StoreAddr, job.Store, fresh.ID)}, nil
 			}
 		}
 		return StoreCheck{}, fmt.Errorf("%w: this worker's Redis (%s) has no store identity under %q, the job's store %s is at %s: "+
-			"point the worker at the daemon's Redis (--redis, --config)", ErrOtherStore, RedisAddr(c.rdb), c.prefix, job.Store, job.StoreAddr)
+			"point the worker at the daemon's Redis (--redis, --config)", ErrOtherStore, redisAddr(c.rdb), c.prefix, job.Store, job.StoreAddr)
 	}
 	if err != nil {
 		return StoreCheck{}, fmt.Errorf("%w: store identity: %w", ErrStoreUnavailable, err)
@@ -186,17 +186,17 @@ func (c *Coalescer) CheckStore(ctx context.Context, job Job) (StoreCheck, error)
 	switch {
 	case mine.ID == job.Store:
 		return StoreCheck{OK: true, Mine: mine}, nil
-	case mine.Created > job.OpenedAt.Add(-StoreStaleness).UnixMilli():
+	case mine.Created > job.OpenedAt.Add(-storeStaleness).UnixMilli():
 		return StoreCheck{OK: true, Mine: mine, Note: fmt.Sprintf("the job's store %s was replaced by %s at %s after its round opened: Redis lost its data; the job runs without its round",
 			job.Store, mine.ID, time.UnixMilli(mine.Created).UTC().Format(time.RFC3339))}, nil
 	}
 	return StoreCheck{Mine: mine}, fmt.Errorf("%w: the job's store is %s at %s; this worker's Redis (%s) is store %s since %s: "+
-		"point the worker at the daemon's Redis (--redis, --config)", ErrOtherStore, job.Store, job.StoreAddr, RedisAddr(c.rdb), mine.ID,
+		"point the worker at the daemon's Redis (--redis, --config)", ErrOtherStore, job.Store, job.StoreAddr, redisAddr(c.rdb), mine.ID,
 		time.UnixMilli(mine.Created).UTC().Format(time.RFC3339))
 }
 
-// RedisAddr names a client's server(s) for messages.
-func RedisAddr(rdb redis.UniversalClient) string {
+// redisAddr names a client's server(s) for messages.
+func redisAddr(rdb redis.UniversalClient) string {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		return c.Options().Addr

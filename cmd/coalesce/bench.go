@@ -235,7 +235,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 			return err
 		}
 		*batch = 1
-		defer func() { _ = purgeBenchStream(ctx, conns, cfg.NATS.Stream) }()
+		defer func() { _ = purgeBenchStream(context.WithoutCancel(ctx), conns, cfg.NATS.Stream) }()
 	}
 	if *batch < 1 {
 		*batch = 1
@@ -248,7 +248,8 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		return err
 	}
 	if co != nil {
-		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		// Stopped (SIGTERM) or not, what was answered is flushed and told.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		ferr := co.Flush(fctx)
 		cancel()
 		if ferr != nil {
@@ -267,6 +268,9 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	out, _ := json.Marshal(res)
 	fmt.Fprintln(stdout, string(out))
+	if res.Interrupted {
+		fmt.Fprintf(stderr, "coalesce bench: stopped after %d of %d events; the figures are theirs\n", res.Sent, res.Events)
+	}
 	if first != nil {
 		fmt.Fprintf(stderr, "coalesce bench: %d failed (first: %v)\n", res.Errors, first)
 		return exitError{exitFailure}

@@ -283,7 +283,8 @@ and job, so its job never runs. Events from then on open a new round.
 
 --round names the round (the 16 hex digits of a decision's "round"): the
 cancel is then fenced, and answers "other round" (exit 1) rather than
-cancel the next round when repeated after its round ended. Without it the
+cancel the next round when repeated after its round ended ("already
+cancelled", exit 1, when repeated after it succeeded). Without it the
 round pending now is looked up and cancelled, which a repeated command
 would do again to the next one.`
 

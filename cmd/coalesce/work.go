@@ -133,8 +133,10 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		JetStream: conns.JetStream, Stream: conns.Publisher.Stream(), Subjects: conns.Publisher.Subjects(),
 		Coalescer: conns.Coalescer, Publisher: conns.Publisher, Types: types,
 		Concurrency: cfg.Worker.Concurrency, MaxDeliver: cfg.Worker.MaxDeliver, AckWait: cfg.Worker.AckWait,
-		Backoff: cfg.Worker.Backoff, Logger: log, Hooks: m.WorkerHooks(),
+		Backoff: cfg.Worker.Backoff, Logger: log,
 	}
+	jl := &jobLog{log: log}
+	wc.Hooks = jl.hooks(m.WorkerHooks())
 	if *concurrency > 0 {
 		wc.Concurrency = *concurrency
 	}
@@ -170,7 +172,8 @@ func runWork(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	} else {
 		log.Info("working", "types", types.String(), "exec", *execCmd)
 	}
-	return w.Run(ctx, handler)
+	defer jl.stopping(ctx)()
+	return w.Run(ctx, jl.handler(handler))
 }
 
 // execHandler runs cmd for each job, its output on ours.

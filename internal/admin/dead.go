@@ -40,6 +40,9 @@ type DeadLetter struct {
 	Stored   time.Time         `json:"stored"`
 	Age      string            `json:"age"`
 	Summary  *debounce.Summary `json:"summary,omitempty"`
+	// ReplayOf is set on the dead letter of a replayed job that failed
+	// again: the sequence of the dead letter it was replayed from.
+	ReplayOf uint64            `json:"replay_of,omitempty"`
 	Args     json.RawMessage   `json:"args,omitempty"`
 	Headers  map[string]string `json:"headers,omitempty"` // show only
 }
@@ -92,6 +95,21 @@ func (d Dead) filter(jobType string) string {
 // deadPrefix is "<prefix>.dead.".
 func (d Dead) deadPrefix() string { return d.Subjects.Dead("") }
 
+// replayedMark is the subject of the record Replay leaves of dead letter
+// seq: "<prefix>.dead._replayed.<seq>", under the dead letters' subjects
+// (the stream covers no other) and skipped by every listing.
+func (d Dead) replayedMark(seq uint64) string {
+	return d.deadPrefix() + replayedToken + strconv.FormatUint(seq, 10)
+}
+
+// replayedToken starts the subjects of replay records after the dead prefix.
+const replayedToken = "_replayed."
+
+// isMark: the message at subject is a replay record, no dead letter.
+func (d Dead) isMark(subject string) bool {
+	return strings.HasPrefix(subject, d.deadPrefix()+replayedToken)
+}
+
 // List returns up to limit dead letters of jobType ("" for all), oldest
 // first, optionally only those of round.
 func (d Dead) List(ctx context.Context, jobType, round string, limit int) ([]DeadLetter, error) {
@@ -114,6 +132,9 @@ func (d Dead) List(ctx context.Context, jobType, round string, limit int) ([]Dea
 			return out, err
 		}
 		seq = m.Sequence + 1
+		if d.isMark(m.Subject) {
+			continue
+		}
 		dl := d.letter(m, false)
 		if round == "" || dl.Round == round {
 			out = append(out, dl)
@@ -137,7 +158,7 @@ func (d Dead) get(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, err
 		return nil, err
 	}
 	m, err := s.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && !strings.HasPrefix(m.Subject, d.deadPrefix()) {
+	if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && (!strings.HasPrefix(m.Subject, d.deadPrefix()) || d.isMark(m.Subject)) {
 		return nil, fmt.Errorf("%w at sequence %d of stream %s", ErrNoDeadLetter, seq, d.Stream)
 	}
 	return m, err
@@ -155,6 +176,7 @@ func (d Dead) letter(m *jetstream.RawStreamMsg, full bool) DeadLetter {
 	if dl.Reason == "" {
 		dl.Reason = dl.Code // an intake dead letter
 	}
+	dl.ReplayOf, _ = strconv.ParseUint(h.Get(worker.HeaderReplay), 10, 64)
 	dl.Attempts, _ = strconv.Atoi(h.Get(worker.HeaderAttempts))
 	if dl.Attempts == 0 {
 		dl.Attempts, _ = strconv.Atoi(h.Get("Coalesce-Deliveries")) // an intake dead letter
@@ -176,18 +198,38 @@ func (d Dead) letter(m *jetstream.RawStreamMsg, full bool) DeadLetter {
 	return dl
 }
 
+// Replayed is what Replay did with a dead letter.
+type Replayed struct {
+	Seq     uint64 `json:"replayed"` // the dead letter's sequence
+	Subject string `json:"subject"`  // where its job was published again
+	// Deduplicated: the dead letter had been replayed already; nothing was
+	// published this time.
+	Deduplicated bool `json:"deduplicated,omitempty"`
+	// DeadAgain lists the dead letters of the replayed job, when it failed
+	// again (each has ReplayOf Seq): replay those.
+	DeadAgain []uint64 `json:"dead_again,omitempty"`
+}
+
 // Replay publishes the dead job at seq again, to its type's run subject,
 // with its headers and a Coalesce-Replay header (workers then run it once
 // more with the summary its dead letter kept, a fresh attempt count, and
-// without its round, which ended when the job died), then deletes the dead
-// letter. Replaying it twice is harmless: the replay's message id is the
-// dead letter's, so the stream keeps one within its duplicate window, and
-// the dead letter is gone after the first. A stored event the intake could
-// not decide (dead._ingest) is republished to the intake subject instead.
-func (d Dead) Replay(ctx context.Context, seq uint64) (string, error) {
+// without its round, which ended when the job died), leaves a record of the
+// replay (a small message on <prefix>.dead._replayed.<seq>, kept as long as
+// the stream keeps messages), then deletes the dead letter. Replaying it
+// again is deduplicated: the record answers it (Deduplicated, and DeadAgain
+// when the replayed job failed again), and the replay's message id is the
+// dead letter's, so a replay whose deletion failed is not published twice
+// within the stream's duplicate window. A stored event the intake could not
+// decide (dead._ingest) is republished to the intake subject instead.
+func (d Dead) Replay(ctx context.Context, seq uint64) (Replayed, error) {
 	m, err := d.get(ctx, seq)
+	if errors.Is(err, ErrNoDeadLetter) {
+		if r, ok, merr := d.replayedBefore(ctx, seq); merr != nil || ok {
+			return r, merr
+		}
+	}
 	if err != nil {
-		return "", err
+		return Replayed{}, err
 	}
 	out := nats.NewMsg("")
 	for k, v := range m.Header {
@@ -198,6 +240,7 @@ func (d Dead) Replay(ctx context.Context, seq uint64) (string, error) {
 	}
 	out.Data = m.Data
 	out.Header.Set(jetstream.MsgIDHeader, "replay-"+d.Stream+"-"+strconv.FormatUint(seq, 10))
+	jobType := m.Header.Get(publisher.HeaderType)
 	if orig := m.Header.Get("Coalesce-Ingest-Subject"); orig != "" {
 		out.Subject = orig
 		for _, k := range []string{"Coalesce-Error-Code", "Coalesce-Ingest-Subject", "Coalesce-Deliveries"} {
@@ -206,16 +249,16 @@ func (d Dead) Replay(ctx context.Context, seq uint64) (string, error) {
 	} else {
 		args, _, _, err := worker.UnpackSummary(m.Header, m.Data)
 		if err != nil {
-			return "", fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
+			return Replayed{}, fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
 		}
 		dj, err := publisher.DecodeJob(m.Header, args)
 		if err != nil {
-			return "", fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
+			return Replayed{}, fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
 		}
 		// The summary it kept goes with the replay, in a header or (too
 		// large for one) in the body with the args.
 		if out.Data, err = worker.RepackSummary(out.Header, m.Data); err != nil {
-			return "", fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
+			return Replayed{}, fmt.Errorf("%w: dead letter %d: %w", ErrUnreplayable, seq, err)
 		}
 		if dj.Token == 0 && dj.Bypass == "" {
 			// A bypassed job dead-lettered before its identity travelled
@@ -226,18 +269,63 @@ func (d Dead) Replay(ctx context.Context, seq uint64) (string, error) {
 		}
 		out.Subject = d.Subjects.RunOf(dj)
 		out.Header.Set(worker.HeaderReplay, strconv.FormatUint(seq, 10))
+		jobType = dj.Type
 	}
-	if _, err := d.JS.PublishMsg(ctx, out); err != nil {
-		return "", fmt.Errorf("replay of dead letter %d: %w", seq, err)
+	ack, err := d.JS.PublishMsg(ctx, out)
+	if err != nil {
+		return Replayed{}, fmt.Errorf("replay of dead letter %d: %w", seq, err)
+	}
+	r := Replayed{Seq: seq, Subject: out.Subject, Deduplicated: ack.Duplicate}
+	mark := nats.NewMsg(d.replayedMark(seq))
+	mark.Header.Set(jetstream.MsgIDHeader, "replayed-"+d.Stream+"-"+strconv.FormatUint(seq, 10))
+	mark.Header.Set(markSubject, out.Subject)
+	mark.Header.Set(markType, jobType)
+	if _, err := d.JS.PublishMsg(ctx, mark); err != nil {
+		return r, fmt.Errorf("replayed to %s, but the record of the replay could not be kept (the dead letter %d stays; a second replay is deduplicated for the stream's duplicate window): %w", out.Subject, seq, err)
 	}
 	s, err := d.stream(ctx)
 	if err != nil {
-		return out.Subject, err
+		return r, err
 	}
 	if err := s.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return out.Subject, fmt.Errorf("replayed to %s, but the dead letter %d could not be deleted (a second replay is deduplicated for the stream's duplicate window): %w", out.Subject, seq, err)
+		return r, fmt.Errorf("replayed to %s, but the dead letter %d could not be deleted (a second replay is deduplicated for the stream's duplicate window): %w", out.Subject, seq, err)
 	}
-	return out.Subject, nil
+	return r, nil
+}
+
+// Headers of a replay record.
+const (
+	markSubject = "Coalesce-Replayed-To"
+	markType    = "Coalesce-Type"
+)
+
+// replayedBefore answers the replay of a dead letter that is gone: ok when
+// Replay left a record of it, with the dead letters of the replayed job if
+// it failed again.
+func (d Dead) replayedBefore(ctx context.Context, seq uint64) (Replayed, bool, error) {
+	s, err := d.stream(ctx)
+	if err != nil {
+		return Replayed{}, false, err
+	}
+	m, err := s.GetLastMsgForSubject(ctx, d.replayedMark(seq))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Replayed{}, false, nil
+	}
+	if err != nil {
+		return Replayed{}, false, err
+	}
+	r := Replayed{Seq: seq, Subject: m.Header.Get(markSubject), Deduplicated: true}
+	typ := m.Header.Get(markType)
+	if CheckType(typ) != nil {
+		typ = "" // every type's
+	}
+	err = d.scan(ctx, typ, func(dl DeadLetter) error {
+		if dl.ReplayOf == seq {
+			r.DeadAgain = append(r.DeadAgain, dl.Seq)
+		}
+		return nil
+	})
+	return r, true, err
 }
 
 // Purge deletes the dead letter at seq, or (seq 0) every dead letter of

@@ -71,6 +71,9 @@ func (d Dead) scan(ctx context.Context, jobType string, each func(DeadLetter) er
 			return err
 		}
 		seq = m.Sequence + 1
+		if d.isMark(m.Subject) {
+			continue
+		}
 		if err := each(d.letter(m, false)); err != nil {
 			return err
 		}

@@ -89,7 +89,7 @@ type Config struct {
 // TLS configures a client connection's TLS (YAML: enabled, ca_file,
 // cert_file, key_file, insecure_skip_verify).
 type TLS struct {
-	Enabled            bool   `yaml:"enabled"`
+	Enabled            bool   `yaml:"enabled"`   // connect with TLS
 	CAFile             string `yaml:"ca_file"`   // PEM roots to trust instead of the system's
 	CertFile           string `yaml:"cert_file"` // PEM client certificate, with KeyFile
 	KeyFile            string `yaml:"key_file"`
@@ -153,11 +153,11 @@ type NATS struct {
 	URLs      []string `yaml:"urls,custom"` // YAML `urls` (list) or `url` (a URL or comma-separated URLs)
 	CredsFile string   `yaml:"creds_file"`  // user JWT and seed (.creds)
 	NKeyFile  string   `yaml:"nkey_file"`   // nkey user seed
-	User      string   `yaml:"user"`
+	User      string   `yaml:"user"`        // with password
 	Password  string   `yaml:"password"`
-	Token     string   `yaml:"token"`
-	TLS       TLS      `yaml:"tls"` // tls:// and wss:// URLs turn TLS on by themselves
-	Stream    string   `yaml:"stream"`
+	Token     string   `yaml:"token"`    // an authentication token
+	TLS       TLS      `yaml:"tls"`      // tls:// and wss:// URLs turn TLS on by themselves
+	Stream    string   `yaml:"stream"`   // the JetStream stream of schedules, jobs and dead letters
 	Prefix    string   `yaml:"prefix"`   // subject prefix
 	Replicas  int      `yaml:"replicas"` // 1 to 5
 	Storage   string   `yaml:"storage"`  // StorageFile or StorageMemory
@@ -235,10 +235,10 @@ type CronRule struct {
 // Worker tunes job consumption; zero values take the worker package's
 // defaults.
 type Worker struct {
-	Concurrency int             `yaml:"concurrency"`
-	MaxDeliver  int             `yaml:"max_deliver"`
-	AckWait     time.Duration   `yaml:"ack_wait"`
-	Backoff     []time.Duration `yaml:"backoff"`
+	Concurrency int             `yaml:"concurrency"` // jobs run at once (worker.DefaultConcurrency)
+	MaxDeliver  int             `yaml:"max_deliver"` // attempts before a job is dead-lettered (worker.DefaultMaxDeliver)
+	AckWait     time.Duration   `yaml:"ack_wait"`    // a delivery silent this long is delivered again
+	Backoff     []time.Duration `yaml:"backoff"`     // waits before the 2nd, 3rd, ... attempt (the last repeats)
 }
 
 // LocalJoins tunes the daemon's local joins (debounce.Config): events of a

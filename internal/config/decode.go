@@ -105,7 +105,7 @@ func (d *decoder) child(parent, key string) string {
 
 // syntaxErr turns a yaml.v3 parse error ("yaml: line 3: did not find
 // expected key") into an *Error with its line.
-func (d *decoder) syntaxErr(err error) *Error {
+func (d *decoder) syntaxErr(err error, data []byte) *Error {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	e := &Error{File: d.file, Err: err}
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
@@ -121,7 +121,39 @@ func (d *decoder) syntaxErr(err error) *Error {
 		e.Line++
 	}
 	e.Msg = "invalid YAML: " + msg
+	if msg == "did not find expected key" || msg == "did not find expected '-' indicator" {
+		// yaml.v3 names the line of the enclosing mapping (or list), not
+		// the line whose indentation ends it too early.
+		if line, indent := misindented(data); line > e.Line {
+			e.Line = line
+			e.Msg += fmt.Sprintf(" (this line is indented %d spaces, as no key or item above it is)", indent)
+		}
+	}
 	return e
+}
+
+// misindented returns the first line (1-based) that is indented less than
+// the line before it but not as much as any line it could belong with (a
+// key or item of an enclosing block), and its indentation; 0 when none.
+func misindented(data []byte) (line, indent int) {
+	var levels []int // indentations of the enclosing blocks, innermost last
+	for i, text := range strings.Split(string(data), "\n") {
+		trimmed := strings.TrimLeft(text, " ")
+		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+			continue
+		}
+		n := len(text) - len(trimmed)
+		for len(levels) > 0 && levels[len(levels)-1] > n {
+			levels = levels[:len(levels)-1]
+			if len(levels) == 0 || levels[len(levels)-1] < n {
+				return i + 1, n
+			}
+		}
+		if len(levels) == 0 || levels[len(levels)-1] < n {
+			levels = append(levels, n)
+		}
+	}
+	return 0, 0
 }
 
 // parserProblem reports whether msg is one of yaml.v3's parser (not
@@ -152,13 +184,13 @@ func (d *decoder) document(data []byte, c *Config) error {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		return d.syntaxErr(err)
+		return d.syntaxErr(err, data)
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		return d.syntaxErr(err)
+		return d.syntaxErr(err, data)
 	case len(extra.Content) > 0 && !isNull(extra.Content[0]):
 		return d.nodeErr(&extra, "", "a second YAML document (after ---); keep the whole configuration in one")
 	}

@@ -170,15 +170,16 @@ var schemaTypes = map[string]struct {
 	types []any
 	extra []string
 }{
-	"Event":       {types: []any{debounce.Event{}}},
-	"Decision":    {types: []any{debounce.Decision{}}},
-	"Round":       {types: []any{debounce.Round{}}},
-	"Explanation": {types: []any{debounce.Explanation{}}, extra: []string{"policy"}},
-	"Policy":      {types: []any{daemon.PolicyView{}}},
-	"Summary":     {types: []any{debounce.Summary{}}},
-	"JobDocument": {types: []any{worker.Document{}}},
-	"StartAnswer": {types: []any{daemon.StartAnswer{}}},
-	"DeadLetter":  {types: []any{admin.DeadLetter{}}},
+	"Event":        {types: []any{debounce.Event{}}},
+	"Decision":     {types: []any{debounce.Decision{}}},
+	"Round":        {types: []any{debounce.Round{}}},
+	"Explanation":  {types: []any{debounce.Explanation{}}, extra: []string{"policy"}},
+	"Policy":       {types: []any{daemon.PolicyView{}}},
+	"Summary":      {types: []any{debounce.Summary{}}},
+	"JobDocument":  {types: []any{worker.Document{}}},
+	"StartAnswer":  {types: []any{daemon.StartAnswer{}}},
+	"DeadLetter":   {types: []any{admin.DeadLetter{}}},
+	"ReplayAnswer": {types: []any{admin.Replayed{}}},
 	// The dashboard's (generated from these types, then kept by this test).
 	"Overview":      {types: []any{dashboard.Overview{}}},
 	"TypeOverview":  {types: []any{dashboard.TypeOverview{}}},

@@ -27,7 +27,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	if err := json.Unmarshal(raw, &dash); err != nil {
 		t.Fatalf("the dashboard is not JSON: %v", err)
 	}
-	exported := daemon.MetricNames(daemon.NewMetrics())
+	exported := daemon.MetricNames(daemon.AllMetrics())
 	if !exported["coalesce_events_total"] || !exported["coalesce_decision_seconds"] {
 		t.Fatalf("the registered names are not read: %v", exported)
 	}
@@ -54,7 +54,11 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"coalesce_events_total", "coalesce_jobs_total", "coalesce_decision_seconds", "coalesce_round_age_seconds",
-		"coalesce_releases_total", "coalesce_store_errors_total", "coalesce_cron_ticks_total", "coalesce_ingest_total"} {
+		"coalesce_releases_total", "coalesce_store_errors_total", "coalesce_cron_ticks_total", "coalesce_ingest_total",
+		// The outbox, local joins, the worker protocol and dead letters.
+		"coalesce_outbox_rows_total", "coalesce_outbox_backlog_rows", "coalesce_outbox_oldest_row_seconds", "coalesce_outbox_lag_seconds",
+		"coalesce_local_joins_total", "coalesce_local_flushes_total", "coalesce_local_resubmitted_total", "coalesce_local_rounds",
+		"coalesce_protocol_total", "coalesce_dead_letters_total"} {
 		if !used[want] {
 			t.Errorf("the dashboard has no panel on %s", want)
 		}

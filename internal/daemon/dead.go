@@ -84,10 +84,10 @@ func (a *API) deadRoutes(route func(pattern, name string, methods []string, h fu
 				a.countDead("purged", 1)
 			}
 		default: // POST .../replay
-			var subject string
-			subject, err = d.Replay(r.Context(), seq)
-			out = map[string]any{"replayed": seq, "subject": subject}
-			if err == nil {
+			var rep admin.Replayed
+			rep, err = d.Replay(r.Context(), seq)
+			out = rep
+			if err == nil && !rep.Deduplicated {
 				a.countDead("replayed", 1)
 			}
 		}

@@ -28,7 +28,7 @@ func SetMaxAckPending(cfg *IngestConfig, n int) { cfg.maxAckPending = n }
 func MetricNames(m *Metrics) map[string]bool {
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		for _, c := range m.collectors() {
+		for _, c := range append(m.collectors(), m.later...) {
 			c.Describe(ch)
 		}
 		close(ch)
@@ -42,4 +42,13 @@ func MetricNames(m *Metrics) map[string]bool {
 		}
 	}
 	return out
+}
+
+// AllMetrics is a Metrics with every series registered, the outbox's and
+// local joins' included (their values are never read).
+func AllMetrics() *Metrics {
+	m := NewMetrics()
+	newOutboxMetrics(m)
+	m.WatchLocalJoins(nil)
+	return m
 }

@@ -288,9 +288,10 @@ func TestExplainRoundsAndPolicies(t *testing.T) {
 	if code, _ := f.do(t, "GET", "/v1/rounds/recompute/"+ex.Key, ""); code != 404 {
 		t.Errorf("round still there after DELETE: %d", code)
 	}
-	// Replayed (a client's retry): the same answer, nothing else touched.
-	if code, body := f.do(t, "DELETE", roundPath, ""); code != 200 || !bytes.Contains(body, []byte(`"purged":0`)) {
-		t.Errorf("replayed DELETE: %d %s, want 200 again", code, body)
+	// Repeated (a client's retry): it says the round was cancelled already,
+	// not 200 with a zeroed round; nothing else touched.
+	if code, body := f.do(t, "DELETE", roundPath, ""); code != 409 || !bytes.Contains(body, []byte(`"code":"already_cancelled"`)) || !bytes.Contains(body, []byte(d.Round.String())) {
+		t.Errorf("repeated DELETE: %d %s, want 409 already_cancelled naming the round", code, body)
 	}
 	// Replayed once the key has its next round: refused, the next round stays.
 	_, body = f.do(t, "POST", "/v1/events", ev)

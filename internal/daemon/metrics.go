@@ -39,6 +39,9 @@ type Metrics struct {
 	failovers     prometheus.Counter
 
 	types map[string]bool // the job types a label may name
+	// later are the series registered after NewMetrics: the outbox's and
+	// local joins', when configured.
+	later []prometheus.Collector
 
 	// History remembers the rounds this daemon opens (and a watched key's
 	// events) for the dashboard's timelines.
@@ -79,7 +82,7 @@ func NewMetrics(types ...string) *Metrics {
 		Help:    "From a round's first event to its job's start.",
 		Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}}, []string{"type"})
 	m.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_jobs_total",
-		Help: "Job deliveries handled by workers, by job type and result (ok, retry, dead, rescheduled, superseded, done, key_busy, duplicate_done, duplicate_running, release_failed)."}, []string{"type", "result"})
+		Help: "Job deliveries handled by workers (coalesce work, and the worker protocol's counted by the daemon that answers it), by job type and result (ok, retry, dead, rescheduled, superseded, done, key_busy, duplicate_done, duplicate_running, release_failed)."}, []string{"type", "result"})
 	m.guard = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_guard_total",
 		Help: "Run-once guard decisions, by job type and result."}, []string{"type", "result"})
 	m.ingest = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coalesce_ingest_total",
@@ -114,8 +117,13 @@ func NewMetrics(types ...string) *Metrics {
 // WatchLocalJoins exports co's local-join counters (debounce.LocalStats).
 // The first Coalescer a Metrics watches is the one it reports.
 func (m *Metrics) WatchLocalJoins(co *debounce.Coalescer) {
+	register := func(c prometheus.Collector) {
+		if m.Registry.Register(c) == nil {
+			m.later = append(m.later, c)
+		}
+	}
 	counter := func(name, help string, v func(debounce.LocalStats) uint64) {
-		_ = m.Registry.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+		register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(v(co.LocalStats())) }))
 	}
 	counter("coalesce_local_joins_total", "Events answered without a Redis call, their round known pending here (local joins).",
@@ -126,7 +134,7 @@ func (m *Metrics) WatchLocalJoins(co *debounce.Coalescer) {
 		func(s debounce.LocalStats) uint64 { return s.FlushErrors })
 	counter("coalesce_local_resubmitted_total", "Locally joined events submitted again: their round was gone at the flush.",
 		func(s debounce.LocalStats) uint64 { return s.Resubmitted })
-	_ = m.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coalesce_local_rounds",
+	register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coalesce_local_rounds",
 		Help: "Rounds this daemon remembers for local joins."}, func() float64 { return float64(co.LocalStats().Rounds) }))
 }
 

@@ -39,6 +39,7 @@ func newOutboxMetrics(m *Metrics) *outboxMetrics {
 			Help: "Age of the oldest row waiting in coalesce_outbox."}),
 	}
 	m.Registry.MustRegister(om.rows, om.lag, om.backlog, om.oldest)
+	m.later = append(m.later, om.rows, om.lag, om.backlog, om.oldest)
 	return om
 }
 

@@ -256,7 +256,32 @@ func (p *Protocol) Start(ctx context.Context, h nats.Header, body []byte) (Start
 		result = "start_key_busy"
 	}
 	p.count(job.Type, result)
+	p.countJob(job, worker.StartAction(a.Action), s.Result)
 	return a, nil
+}
+
+// countJob counts the deliveries this daemon hands out to protocol workers
+// in coalesce_jobs_total, as a coalesce worker counts its own (one result
+// per delivery: a run's at its finish), and the round's age and events as
+// its job starts: the dashboard's coalescing ratio and round panels then
+// work whichever worker runs the jobs.
+func (p *Protocol) countJob(job *worker.Job, action worker.StartAction, result worker.JobResult) {
+	m := p.cfg.Metrics
+	if m == nil {
+		return
+	}
+	switch action {
+	case worker.StartRun:
+		if job.Release == debounce.ReleaseReleased {
+			m.roundAge.WithLabelValues(m.typ(job.Type)).Observe(time.Since(job.OpenedAt).Seconds())
+			m.roundEvents.WithLabelValues(m.typ(job.Type)).Observe(float64(job.Summary.Events))
+		}
+	case worker.StartAck, worker.StartRetry:
+		if result == "" {
+			result = worker.JobRetry
+		}
+		m.jobs.WithLabelValues(m.typ(job.Type), string(result)).Inc()
+	}
 }
 
 // Progress refreshes an exclusive job's lease of its key.
@@ -305,6 +330,16 @@ func (p *Protocol) Finish(ctx context.Context, h nats.Header, body []byte) (Fini
 		}
 	}
 	p.count(job.Type, "finish_"+h.Get(HeaderResult))
+	if m := p.cfg.Metrics; m != nil {
+		result := worker.JobRetry
+		switch {
+		case ok:
+			result = worker.JobOK
+		case final:
+			result = worker.JobDead
+		}
+		m.jobs.WithLabelValues(m.typ(job.Type), string(result)).Inc()
+	}
 	return FinishAnswer{Release: string(rel.Result)}, nil
 }
 

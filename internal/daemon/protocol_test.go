@@ -28,7 +28,7 @@ import (
 func TestProtocolOverHTTP(t *testing.T) {
 	t.Parallel()
 	f := newAPIWith(t, func(c *daemon.APIConfig) {
-		c.Protocol = daemon.NewProtocol(daemon.ProtocolConfig{Coalescer: c.Coalescer, Publisher: c.Publisher})
+		c.Protocol = daemon.NewProtocol(daemon.ProtocolConfig{Coalescer: c.Coalescer, Publisher: c.Publisher, Metrics: c.Metrics})
 	})
 	args := fmt.Sprintf(`{"p":"%d"}`, time.Now().UnixNano())
 	key, err := f.co.RoundKeyOf(debounce.Event{Type: "notify", Args: json.RawMessage(args)})
@@ -83,6 +83,16 @@ func TestProtocolOverHTTP(t *testing.T) {
 	// Delivered once more after it finished (an ack lost): not run again.
 	if r := start("3"); r.Action != "ack" || r.Result != "done" || r.Job != nil {
 		t.Errorf("start after finish: %+v, want ack (done)", r)
+	}
+	// The daemon counts the jobs it hands out as a coalesce worker counts
+	// its own (the dashboard's coalescing ratio needs them), and the
+	// round's events and age as its job starts.
+	_, metrics := f.do(t, http.MethodGet, "/metrics", "")
+	for _, want := range []string{`coalesce_jobs_total{result="ok",type="notify"} 1`, `coalesce_jobs_total{result="done",type="notify"} 1`,
+		`coalesce_round_events_count{type="notify"} 1`, `coalesce_round_age_seconds_count{type="notify"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 
 	// Past Coalesce-Max-Deliver: dead, with the headers the dead letter

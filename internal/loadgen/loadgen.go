@@ -59,6 +59,12 @@ type Result struct {
 	Resubmitted    *uint64  `json:"resubmitted,omitempty"`
 	FlushAssists   *uint64  `json:"flush_assists,omitempty"`     // flushes a submitting goroutine ran: the flusher lacked CPU
 	FlushWaitMaxMs *float64 `json:"flush_wait_max_ms,omitempty"` // the longest a local join waited for its flush to start
+
+	// Interrupted: the run was stopped (SIGTERM, Ctrl-C) before it sent
+	// every event; Sent is how many were answered, and the figures are
+	// theirs. Events cut short by the stop are no errors.
+	Interrupted bool `json:"interrupted,omitempty"`
+	Sent        int  `json:"sent,omitempty"`
 }
 
 // Submit decides events [from, to): one request (a batch) of the workload.
@@ -100,6 +106,7 @@ func Run(ctx context.Context, l Load, res *Result) (firstErr error, err error) {
 	cpuStart := processCPU()
 	requests := (l.Events + batch - 1) / batch
 	lat := make([]time.Duration, requests)
+	answered := make([]bool, requests) // false: not sent, or cut short by a stop
 	var next, errs atomic.Int64
 	var first atomic.Value
 	if l.CPUProfile != "" {
@@ -117,6 +124,9 @@ func Run(ctx context.Context, l Load, res *Result) (firstErr error, err error) {
 	for range l.Concurrency {
 		wg.Go(func() {
 			for {
+				if ctx.Err() != nil {
+					return // stopped: the rest is not sent
+				}
 				r := int(next.Add(1)) - 1
 				if r >= requests {
 					return
@@ -125,10 +135,13 @@ func Run(ctx context.Context, l Load, res *Result) (firstErr error, err error) {
 				to := min(from+batch, l.Events)
 				t0 := time.Now()
 				if err := l.Submit(ctx, from, to); err != nil {
+					if ctx.Err() != nil {
+						return // cut short by the stop: no answer, no error
+					}
 					errs.Add(1)
 					first.CompareAndSwap(nil, err)
 				}
-				lat[r] = time.Since(t0)
+				lat[r], answered[r] = time.Since(t0), true
 			}
 		})
 	}
@@ -141,12 +154,38 @@ func Run(ctx context.Context, l Load, res *Result) (firstErr error, err error) {
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
 
+	sent := l.Events
+	if ctx.Err() != nil {
+		// Stopped: the figures are those of the requests answered.
+		sent, res.Interrupted = 0, true
+		kept := lat[:0]
+		for r, ok := range answered {
+			if ok {
+				sent += min((r+1)*batch, l.Events) - r*batch
+				kept = append(kept, lat[r])
+			}
+		}
+		if l.Opens != nil { // batch 1: request r is event r
+			opens := l.Opens[:0:0]
+			for r, ok := range answered {
+				if ok {
+					opens = append(opens, l.Opens[r])
+				}
+			}
+			l.Opens = opens
+		}
+		lat = kept
+		res.Sent = sent
+		if len(lat) == 0 {
+			lat = []time.Duration{0}
+		}
+	}
 	res.Seconds = Round(elapsed.Seconds(), 3)
-	res.EventsPerS = Round(float64(l.Events)/elapsed.Seconds(), 0)
+	res.EventsPerS = Round(float64(sent)/elapsed.Seconds(), 0)
 	if l.Opens != nil {
 		joined := make([]time.Duration, 0, len(lat))
 		for i, d := range lat {
-			if !l.Opens[i] {
+			if i < len(l.Opens) && !l.Opens[i] {
 				joined = append(joined, d)
 			}
 		}
@@ -168,13 +207,13 @@ func Run(ctx context.Context, l Load, res *Result) (firstErr error, err error) {
 	if l.Published != nil {
 		res.JobsPublished = l.Published.Load()
 	}
-	res.ClientCPUusPerEvent = Round(cpuUsed.Seconds()*1e6/float64(l.Events), 2)
+	res.ClientCPUusPerEvent = Round(cpuUsed.Seconds()*1e6/float64(max(sent, 1)), 2)
 	if l.Allocs {
-		res.AllocsPerEvent = Round(float64(ms1.Mallocs-ms0.Mallocs)/float64(l.Events), 1)
+		res.AllocsPerEvent = Round(float64(ms1.Mallocs-ms0.Mallocs)/float64(max(sent, 1)), 1)
 	}
 	if redisInfo {
-		cpu1, mem1, _ := RedisUsage(ctx, l.Redis)
-		perEvent := Round((cpu1-cpu0)*1e6/float64(l.Events), 2)
+		cpu1, mem1, _ := RedisUsage(context.WithoutCancel(ctx), l.Redis)
+		perEvent := Round((cpu1-cpu0)*1e6/float64(max(sent, 1)), 2)
 		res.RedisCPUusPerEvent = &perEvent
 		if res.RoundsOpened > 0 {
 			perRound := Round(float64(mem1-mem0)/float64(res.RoundsOpened), 1)

@@ -169,8 +169,9 @@ class Client:
 
     def cancel(self, type: str, key: str, round: str) -> Dict[str, Any]:
         """Cancel round ``round`` of a key (DELETE /v1/rounds/{type}/{key}).
-        Safe to retry: a repeat answers ``purged: 0``, and it never cancels
-        the key's next round (CoalesceError ``other_round``)."""
+        Safe to retry: a repeat changes nothing and raises CoalesceError
+        ``already_cancelled`` (409), and it never cancels the key's next
+        round (CoalesceError ``other_round``)."""
         _, _, data = self._request("DELETE", f"/v1/rounds/{quote(type, safe='')}/{quote(key, safe='')}?round={quote(round, safe='')}", None, {})
         return json.loads(data)
 

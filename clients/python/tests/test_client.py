@@ -47,7 +47,9 @@ class DaemonTest(unittest.TestCase):
         cancelled = self.c.cancel("recompute", d1.key, d1.round)
         self.assertEqual(cancelled["cancelled"]["round"], d1.round)
         self.assertIsNone(self.c.round("recompute", d1.key))
-        self.assertEqual(self.c.cancel("recompute", d1.key, d1.round)["purged"], 0)  # a retried cancel
+        with self.assertRaises(CoalesceError) as again:  # a retried cancel
+            self.c.cancel("recompute", d1.key, d1.round)
+        self.assertEqual((again.exception.status, again.exception.code), (409, "already_cancelled"))
 
     def test_retry_with_the_same_key_is_replayed(self) -> None:
         tenant, key = unique(), str(uuid.uuid4())

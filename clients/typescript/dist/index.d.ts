@@ -62,7 +62,7 @@ export declare class Client {
     explain(type: string, args: unknown, key?: string): Promise<Explanation>;
     /** The pending round of a key, or undefined. */
     round(type: string, key: string): Promise<Round | undefined>;
-    /** Cancel round `round` of a key; safe to retry (a repeat answers purged: 0, and never cancels the next round). */
+    /** Cancel round `round` of a key; safe to retry (a repeat changes nothing and throws CoalesceError 409 already_cancelled; it never cancels the next round). */
     cancel(type: string, key: string, round: string): Promise<CancelAnswer>;
     /** The daemon's policies. */
     policies(): Promise<Policy[]>;

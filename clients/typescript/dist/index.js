@@ -108,7 +108,7 @@ export class Client {
             throw err;
         }
     }
-    /** Cancel round `round` of a key; safe to retry (a repeat answers purged: 0, and never cancels the next round). */
+    /** Cancel round `round` of a key; safe to retry (a repeat changes nothing and throws CoalesceError 409 already_cancelled; it never cancels the next round). */
     async cancel(type, key, round) {
         return (await this.request("DELETE", `/v1/rounds/${encodeURIComponent(type)}/${encodeURIComponent(key)}?round=${encodeURIComponent(round)}`));
     }

@@ -150,7 +150,7 @@ export class Client {
     }
   }
 
-  /** Cancel round `round` of a key; safe to retry (a repeat answers purged: 0, and never cancels the next round). */
+  /** Cancel round `round` of a key; safe to retry (a repeat changes nothing and throws CoalesceError 409 already_cancelled; it never cancels the next round). */
   async cancel(type: string, key: string, round: string): Promise<CancelAnswer> {
     return (await this.request("DELETE", `/v1/rounds/${encodeURIComponent(type)}/${encodeURIComponent(key)}?round=${encodeURIComponent(round)}`)) as CancelAnswer;
   }

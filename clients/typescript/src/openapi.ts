@@ -81,7 +81,7 @@ export interface paths {
          * Cancel round R of a key.
          * @description Deletes the reservation and purges the round's schedule and job. Naming the round
          *     makes a replayed cancel safe: it never cancels the next round (409 `other_round`).
-         *     Sent again after success it answers 200 with `purged: 0`.
+         *     Sent again after success it answers 409 `already_cancelled` and changes nothing.
          */
         delete: operations["cancel"];
         options?: never;
@@ -288,7 +288,13 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Run a dead letter once more (then it is deleted). */
+        /**
+         * Run a dead letter once more (then it is deleted).
+         * @description The job is published again and the dead letter deleted; a record of the replay stays
+         *     (as long as the stream keeps messages), so replaying it again answers 200 with
+         *     `deduplicated: true` and publishes nothing, and lists in `dead_again` the dead letters
+         *     of the replayed job if it failed again (replay those).
+         */
         post: operations["replayDeadLetter"];
         delete?: never;
         options?: never;
@@ -524,7 +530,7 @@ export interface components {
         };
         CancelAnswer: {
             cancelled: components["schemas"]["Round"];
-            /** @description Messages purged from the stream (0 when sent again). */
+            /** @description Messages of the round purged from the stream (0 when the stream held none of it). */
             purged: number;
         };
         Summary: {
@@ -593,10 +599,22 @@ export interface components {
             stored: string;
             age: string;
             summary?: components["schemas"]["Summary"];
+            /** @description Set on the dead letter of a replayed job that failed again: the dead letter it was replayed from. */
+            replay_of?: number;
             args?: unknown;
             headers?: {
                 [key: string]: string;
             };
+        };
+        ReplayAnswer: {
+            /** @description The dead letter's sequence. */
+            replayed: number;
+            /** @description Where the job was published again. */
+            subject: string;
+            /** @description true: the dead letter had been replayed already; nothing was published this time. */
+            deduplicated?: boolean;
+            /** @description The dead letters of the replayed job, when it failed again. */
+            dead_again?: number[];
         };
         Readiness: {
             /** @enum {string} */
@@ -1047,7 +1065,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            /** @description `other_round`: another round of the key is pending (not cancelled); `already_started`: its job has started. */
+            /** @description `other_round`: another round of the key is pending (not cancelled); `already_started`: its job has started; `already_cancelled`: the round was cancelled before (a repeated cancel), nothing changed. */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1382,18 +1400,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Replayed. */
+            /** @description Replayed, or replayed already (`deduplicated`). */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        /** @description The dead letter's sequence. */
-                        replayed: number;
-                        /** @description Where the job was published again. */
-                        subject: string;
-                    };
+                    "application/json": components["schemas"]["ReplayAnswer"];
                 };
             };
             400: components["responses"]["BadRequest"];
