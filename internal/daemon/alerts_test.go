@@ -29,13 +29,14 @@ func promtool(t *testing.T) string {
 
 // TestAlertRules: deploy/alerts.yml is valid for Prometheus (promtool check
 // rules), each alert fires and stays quiet as deploy/alerts_test.yml says
-// (promtool test rules), every alert has a case where it fires, and every
+// (promtool test rules), deploy/prometheus.yml is a valid configuration
+// loading them (promtool check config), every alert has a case where it fires, and every
 // coalesce series an alert queries is one the binary exports, so a renamed
 // metric breaks this test, not a user's alerting.
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
 	tool := promtool(t)
-	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
+	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}, {"check", "config", "prometheus.yml"}} {
 		cmd := exec.Command(tool, args...)
 		cmd.Dir = "../../deploy"
 		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "SUCCESS") {
@@ -114,4 +115,39 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	t.Logf("%d alerts over %d series", alerts, len(used))
+}
+
+// TestMetricsListedInTheDocs: the metric list of docs/operations.md names
+// every coalesce series the binary exports, and nothing it does not (the
+// local joins' series, registered with a Coalescer, aside).
+func TestMetricsListedInTheDocs(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	start := strings.Index(doc, "\n## Metrics\n")
+	if start < 0 {
+		t.Fatal(`docs/operations.md has no "## Metrics" section`)
+	}
+	section := doc[start+1:]
+	if end := strings.Index(section, "\n**Scrape"); end > 0 {
+		section = section[:end]
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([a-z_]+)(\\{[a-z,]*\\})?`").FindAllStringSubmatch(section, -1) {
+		listed["coalesce_"+m[1]] = true
+	}
+	exported := daemon.ExportedMetricNames()
+	for name := range exported {
+		if !listed[name] {
+			t.Errorf("docs/operations.md, Metrics, does not list %s", strings.TrimPrefix(name, "coalesce_"))
+		}
+	}
+	for name := range listed {
+		if !exported[name] && !strings.HasPrefix(name, "coalesce_local_") && regexp.MustCompile(`_(total|seconds|rows|events)$`).MatchString(name) {
+			t.Errorf("docs/operations.md, Metrics, lists %s, which the binary does not export", strings.TrimPrefix(name, "coalesce_"))
+		}
+	}
 }
