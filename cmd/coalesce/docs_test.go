@@ -490,34 +490,85 @@ func runBinEnv(t *testing.T, env []string, name string, args ...string) (int, st
 	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
 }
 
-// TestReadmePicture: the timeline on the README is what the command under it
-// draws from the shipped example log, so a change of the renderer or of the
-// policies' behaviour shows here.
-func TestReadmePicture(t *testing.T) {
+// TestDocPictures: every timeline in the docs drawn by `coalesce simulate`
+// (an SVG image followed by the command that draws it) is what that command
+// draws now from the shipped example log, so a change of the renderer or of
+// the policies' behaviour shows here.
+func TestDocPictures(t *testing.T) {
 	t.Parallel()
-	readme := string(mustRead(t, filepath.Join(repoRoot, "README.md")))
-	if !strings.Contains(readme, "](docs/timeline.svg)") {
-		t.Fatal("the README does not show docs/timeline.svg")
-	}
-	command := strings.ReplaceAll(codeBlock(t, readme, "![Events of two tenants becoming jobs, drawn by coalesce simulate](docs/timeline.svg)", "sh"), "\\\n", " ")
-	args := strings.Fields(command)
-	if len(args) < 3 || args[0] != "coalesce" || args[1] != "simulate" {
-		t.Fatalf("the command under the picture is not coalesce simulate: %q", command)
-	}
-	out := filepath.Join(t.TempDir(), "timeline.svg")
-	for i, a := range args {
-		switch {
-		case a == "docs/timeline.svg":
-			args[i] = out
-		case strings.HasPrefix(a, "examples/"):
-			args[i] = filepath.Join(repoRoot, a)
+	imageRe := regexp.MustCompile(`(?m)^!\[[^\]]*\]\(([^)]+\.svg)\)$`)
+	pictures := 0
+	for _, page := range docFiles(t) {
+		md := string(mustRead(t, page))
+		for _, m := range imageRe.FindAllStringSubmatch(md, -1) {
+			block := codeBlock(t, md[strings.Index(md, m[0])-1:], m[0], "sh")
+			command := strings.ReplaceAll(strings.TrimSpace(block), "\\\n", " ")
+			args := strings.Fields(command)
+			if len(args) < 3 || args[0] != "coalesce" || args[1] != "simulate" {
+				t.Errorf("%s: the command under %s is not coalesce simulate: %q", page, m[1], command)
+				continue
+			}
+			pictures++
+			out := filepath.Join(t.TempDir(), "timeline.svg")
+			drawn := ""
+			for i, a := range args {
+				switch {
+				case strings.HasSuffix(a, ".svg"):
+					drawn, args[i] = a, out
+				case strings.HasPrefix(a, "examples/"):
+					args[i] = filepath.Join(repoRoot, a)
+				}
+			}
+			if filepath.Join(repoRoot, drawn) != filepath.Join(filepath.Dir(page), m[1]) {
+				t.Errorf("%s: the command under %s draws %s", page, m[1], drawn)
+				continue
+			}
+			code, _, stderr := runBin(t, "", args[1:]...)
+			if code != 0 {
+				t.Fatalf("%s: exit %d: %s", command, code, stderr)
+			}
+			if !bytes.Equal(mustRead(t, out), mustRead(t, filepath.Join(repoRoot, drawn))) {
+				t.Errorf("%s is not what its command (in %s) draws now: run it again from the repository root", drawn, page)
+			}
 		}
 	}
-	code, _, stderr := runBin(t, "", args[1:]...)
-	if code != 0 {
-		t.Fatalf("%s: exit %d: %s", command, code, stderr)
+	if pictures < 2 {
+		t.Errorf("%d pictures drawn by coalesce simulate found, want the README's and docs/simulate.md's", pictures)
 	}
-	if !bytes.Equal(mustRead(t, out), mustRead(t, filepath.Join(repoRoot, "docs", "timeline.svg"))) {
-		t.Errorf("docs/timeline.svg is not what its command draws now: run it again from the repository root")
+}
+
+// TestDocSessions runs every shell session shown in the docs (lines "$ cmd"
+// followed by its output, in README.md and docs/*.md) with the built binary
+// as `coalesce` on PATH, and compares the output with the page.
+func TestDocSessions(t *testing.T) {
+	t.Parallel()
+	path := filepath.Dir(binary(t)) + string(os.PathListSeparator) + os.Getenv("PATH")
+	sessions := 0
+	for _, page := range docFiles(t) {
+		for _, block := range fenceRe.FindAllString(string(mustRead(t, page)), -1) {
+			lines := strings.Split(block, "\n")
+			lines = lines[1 : len(lines)-1] // the fences
+			for i := 0; i < len(lines); i++ {
+				command, ok := strings.CutPrefix(lines[i], "$ ")
+				if !ok {
+					continue
+				}
+				var want []string
+				for i+1 < len(lines) && !strings.HasPrefix(lines[i+1], "$ ") {
+					i++
+					want = append(want, lines[i])
+				}
+				sessions++
+				cmd := exec.Command("sh", "-c", command)
+				cmd.Env = append(os.Environ(), "PATH="+path)
+				out, err := cmd.CombinedOutput()
+				if got := strings.TrimRight(string(out), "\n"); err != nil || got != strings.Join(want, "\n") {
+					t.Errorf("%s: $ %s\nprints (%v):\n%s\nwhere the page shows:\n%s", page, command, err, got, strings.Join(want, "\n"))
+				}
+			}
+		}
+	}
+	if sessions < 3 {
+		t.Errorf("%d shell sessions found in the docs, want at least docs/fingerprint.md's 3", sessions)
 	}
 }
