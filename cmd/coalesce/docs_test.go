@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/coalesce-io/coalesce/internal/config"
 )
 
 const repoRoot = "../.."
@@ -570,5 +572,21 @@ func TestDocSessions(t *testing.T) {
 	}
 	if sessions < 3 {
 		t.Errorf("%d shell sessions found in the docs, want at least docs/fingerprint.md's 3", sessions)
+	}
+}
+
+// TestConfigDocsNameEveryEnvVar: docs/configuration.md lists every
+// environment variable the configuration reads.
+func TestConfigDocsNameEveryEnvVar(t *testing.T) {
+	t.Parallel()
+	doc := string(mustRead(t, filepath.Join(repoRoot, "docs", "configuration.md")))
+	vars := config.EnvVars()
+	if len(vars) < 10 {
+		t.Fatalf("config.EnvVars lists %d variables", len(vars))
+	}
+	for _, v := range vars {
+		if !strings.Contains(doc, "`"+v.Name+"`") {
+			t.Errorf("docs/configuration.md does not name %s (%s)", v.Name, v.Description)
+		}
 	}
 }
