@@ -17,6 +17,8 @@ import (
 	"time"
 	"unicode"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/coalesce-io/coalesce/internal/config"
 )
 
@@ -588,5 +590,37 @@ func TestConfigDocsNameEveryEnvVar(t *testing.T) {
 		if !strings.Contains(doc, "`"+v.Name+"`") {
 			t.Errorf("docs/configuration.md does not name %s (%s)", v.Name, v.Description)
 		}
+	}
+}
+
+// TestHTTPDocsCoverTheContract: docs/http-api.md, the readable page of
+// api/openapi.yaml, names every operation the contract has ("GET /v1/…").
+func TestHTTPDocsCoverTheContract(t *testing.T) {
+	t.Parallel()
+	var contract struct {
+		Paths map[string]map[string]any `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(mustRead(t, filepath.Join(repoRoot, "api", "openapi.yaml")), &contract); err != nil {
+		t.Fatal(err)
+	}
+	doc := string(mustRead(t, filepath.Join(repoRoot, "docs", "http-api.md")))
+	ops := 0
+	for path, methods := range contract.Paths {
+		for method := range methods {
+			switch method {
+			case "get", "post", "put", "patch", "delete":
+			default:
+				continue
+			}
+			ops++
+			// "GET /metrics, /healthz" names the second path with the first's method.
+			op := strings.ToUpper(method) + " " + path
+			if !strings.Contains(doc, op) && !strings.Contains(doc, "`"+op+"?") && !strings.Contains(doc, ", `"+path+"`") {
+				t.Errorf("docs/http-api.md does not document %s", op)
+			}
+		}
+	}
+	if ops < 20 {
+		t.Fatalf("%d operations read from api/openapi.yaml", ops)
 	}
 }
