@@ -57,11 +57,11 @@ func TestSimulateCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "recompute_financials.window=5s  recompute_financials.window=30s") {
 		t.Fatalf("--compare: exit %d\n%s\n%s", code, out, stderr)
 	}
-	// The README's table is this command's output.
+	// docs/simulate.md's table is this command's output.
 	code, out, _ = runBin(t, "", "simulate", "--config", exampleConfig, "--events", exampleEvents,
 		"--compare", "recompute_financials.window=5s,10s,30s", "--type", "recompute_financials")
-	if readme := string(mustRead(t, "../../README.md")); code != 0 || !strings.Contains(readme, "```\n"+out+"```") {
-		t.Errorf("the README's simulate table is not the output of its command (exit %d):\n%s", code, out)
+	if readme := string(mustRead(t, "../../docs/simulate.md")); code != 0 || !strings.Contains(readme, "```\n"+out+"```") {
+		t.Errorf("docs/simulate.md's table is not the output of its command (exit %d):\n%s", code, out)
 	}
 	// --config-b: two files side by side.
 	other := filepath.Join(dir, "b.yaml")

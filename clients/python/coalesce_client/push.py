@@ -1,5 +1,5 @@
-"""A helper for handlers of ``coalesce work --post URL`` (README, "Workers
-in any language"): check the bearer token and the HMAC signature in constant
+"""A helper for handlers of ``coalesce work --post URL`` (docs/workers.md,
+"Workers in any language"): check the bearer token and the HMAC signature in constant
 time, and parse the job document."""
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class Job:
     @property
     def effect_key(self) -> str:
         """``type:key.round``: the same for every attempt of one job and for
-        its replay (README, "the effect record")."""
+        its replay (docs/outbox.md, "the effect record")."""
         return f"{self.type}:{self.key}.{self.round}"
 
 
