@@ -57,10 +57,16 @@ func TestNATSPermissionsGuardTheWorkerProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	proto := daemon.NewProtocol(daemon.ProtocolConfig{Coalescer: co})
-	if err := proto.Subscribe(connect("coalesce", "daemon-pw", nil), "co"); err != nil {
+	daemonConn := connect("coalesce", "daemon-pw", nil)
+	if err := proto.Subscribe(daemonConn, "co"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(proto.Stop)
+	// The subscriptions must reach the server before a worker's request
+	// does, or the request finds no responders (seen once under load).
+	if err := daemonConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
 
 	// A worker's credentials: start answers (here: the message is no job).
 	msg := nats.NewMsg(daemon.StartSubject("co"))
