@@ -22,6 +22,7 @@ func benchCoalescer(b *testing.B, policy debounce.Policy) (*debounce.Coalescer, 
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, MaxRetries: -1, PoolSize: 64})
 	b.Cleanup(func() { rdb.Close() })
 	c, err := debounce.New(debounce.Config{
+		Schedules: debounce.SchedulesJetStream,
 		Redis:     rdb,
 		Publisher: debounce.PublisherFunc(func(context.Context, debounce.Job) error { return nil }),
 		Policies:  []debounce.Policy{policy},

@@ -78,6 +78,19 @@ type Config struct {
 	// IdempotencyKey is kept for its retries (DefaultIdempotencyWindow;
 	// 1s to 7 days).
 	IdempotencyWindow time.Duration
+
+	// Schedules says where debounce rounds wait for their due time
+	// (deferred.go): SchedulesAuto (the default) holds them in Redis on a
+	// single-node or Sentinel client, where a forwarder publishes each
+	// job when due and an opening costs one Redis round trip; on Cluster
+	// or Ring each round gets a JetStream schedule at its opening.
+	Schedules Schedules
+	// Forwarding: ForwardingAuto (the default) lets the Coalescer publish,
+	// once due, the rounds held in Redis while any of its types' wait (a
+	// forwarder of its own, deferred.go); ForwardingOff leaves them to
+	// forwarders run elsewhere (Forwarder.Run: package worker and the
+	// daemon run one).
+	Forwarding Forwarding
 }
 
 // maxAger is a Publisher that knows how long its stream keeps a job.
@@ -152,6 +165,9 @@ type Coalescer struct {
 	// doubtLogged: unix ns of the last replication doubt logged.
 	doubtLogged atomic.Int64
 	idemWindow  time.Duration
+	// deferred: debounce rounds wait in Redis until due (deferred.go).
+	deferred bool
+	fwd      forwardState
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
@@ -169,6 +185,10 @@ type compiled struct {
 	// plus this (the stream's MaxAge).
 	trailingLife time.Duration
 	local        bool // events may be answered locally (local.go)
+	// deferred: rounds wait in Redis, listed in dueKey, until a forwarder
+	// publishes their jobs (deferred.go).
+	deferred bool
+	dueKey   string
 }
 
 // lifetime is how long a round lives from its base (its first event; for a
@@ -222,6 +242,16 @@ func New(cfg Config) (*Coalescer, error) {
 	if err := c.setIdempotency(cfg); err != nil {
 		return nil, err
 	}
+	if c.deferred, err = resolveSchedules(cfg.Schedules, c.rdb); err != nil {
+		return nil, err
+	}
+	switch cfg.Forwarding {
+	case ForwardingAuto, "auto":
+	case ForwardingOff:
+		c.fwd.off = true
+	default:
+		return nil, fmt.Errorf("%w: Config.Forwarding %q: use \"auto\" or \"off\"", ErrInvalidConfig, cfg.Forwarding)
+	}
 
 	if clientRetries(c.rdb) {
 		if !cfg.AllowResends {
@@ -247,6 +277,8 @@ func New(cfg Config) (*Coalescer, error) {
 			return nil, &PolicyError{Type: cp.Type, Field: "type", Msg: "two policies for this job type; keep one"}
 		}
 		cp.local = c.local != nil && cp.localEligible()
+		cp.deferred = deferredPolicy(cp, c.deferred)
+		cp.dueKey = dueKey(c.prefix, cp.Type)
 		c.policies[cp.Type] = cp
 	}
 	return c, nil

@@ -48,7 +48,7 @@ func (packedLayout) other() layout { return hashLayout{} }
 func (hashLayout) other() layout   { return packedLayout{} }
 
 func (packedLayout) open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, _ []byte, id *idempotency) (reply, error) {
-	return c.openPacked(ctx, p, job.Key, now, id)
+	return c.openPacked(ctx, p, job, now, id)
 }
 
 func (hashLayout) open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, item []byte, id *idempotency) (reply, error) {

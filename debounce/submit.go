@@ -239,15 +239,27 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 
 	d.Outcome, d.DueAt = outcomeOf(p, r)
 	if r.replayed {
+		if p.deferred {
+			c.ensureForwarding() // its round may be held in Redis
+		}
 		return c.replay(ctx, p, d, job, r)
 	}
 	if r.status == statusOpened || r.status == statusLeading {
-		d, err = c.publishOpened(ctx, p, d, job, r)
+		if r.published {
+			// Held in Redis until due (deferred.go): the write that
+			// answered holds the whole job, and a forwarder publishes it.
+			c.ensureForwarding()
+		} else {
+			d, err = c.publishOpened(ctx, p, d, job, r)
+		}
 		if err == nil && opener != nil && r.doubt == nil {
 			c.learn(opener, p, d, r)
 			opener = nil
 		}
 		return d, err
+	}
+	if p.deferred {
+		c.ensureForwarding() // its opener may be gone: forward from here too
 	}
 	if r.fire {
 		// This event filled the round: publish the version it took, due now,
@@ -414,17 +426,34 @@ func (c *Coalescer) eval(ctx context.Context, s *redis.Script, keys []string, ar
 
 func newRnd() uint64 { return 1 + rand.Uint64N(1<<packRndBits-1) }
 
-func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, now time.Time, id *idempotency) (reply, error) {
+func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now time.Time, id *idempotency) (reply, error) {
+	key := job.Key
 	nowMs := now.UnixMilli()
 	rnd := newRnd()
 	expiry := now.Add(p.lifetime()).UnixMilli()
-	args := []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifeArg}
-	if p.Mode == ModeThrottle {
+	var args []any
+	var keys []string
+	switch {
+	case p.deferred:
+		// Opened published and held in Redis until due, with its identity
+		// for the forwarder (deferred.go).
+		opened := expiry - p.lifetime().Milliseconds()
+		job.Token, job.OpenedAt, job.DueAt = packedToken(expiry, rnd), msTime(opened), msTime(opened+p.Window.Milliseconds())
+		if p.Exclusive {
+			job.Lease = p.Lease // whoever forwards it: the job carries its key's lease
+		}
+		rkey := redisKey(c.prefix, p.mix, key, "")
+		keys = []string{rkey, p.dueKey, identityKey(rkey)}
+		args = []any{uint64(packOpen(rnd) | packPub), expiry, nowMs, p.lifeArg, job.DueAt.UnixMilli(), appendIdentity(nil, job)}
+	case p.Mode == ModeThrottle:
 		wrnd := newRnd()
-		args = append(args, uint64(packOpen(wrnd)), p.Window.Milliseconds(),
-			boolArg(p.Trailing), p.trailingLife.Milliseconds())
+		args = []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifeArg, uint64(packOpen(wrnd)), p.Window.Milliseconds(),
+			boolArg(p.Trailing), p.trailingLife.Milliseconds()}
+		keys = c.keys(p, key)
+	default:
+		args = []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifeArg}
+		keys = c.keys(p, key)
 	}
-	keys := c.keys(p, key)
 	var res []int64
 	var err, doubt error
 	var replayed bool
@@ -494,11 +523,21 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 		strconv.FormatUint(uint64(token), 10), nowMs, now.Add(p.lifetime()).UnixMilli(), now.Add(p.Window).UnixMilli(),
 		extendWindow, p.MaxWait.Milliseconds(), string(p.Payload), data, p.MaxItems,
 	}
-	argv = appendHashIdentity(argv, job)
-	if p.Mode == ModeThrottle {
+	argv = appendHashIdentity(argv, job, p.deferred)
+	keys := c.keys(p, key)
+	switch {
+	case p.deferred:
+		// Opened published and held in Redis until due (deferred.go);
+		// the due list also takes a filled round to now.
+		lease := int64(0)
+		if p.Exclusive {
+			lease = p.Lease.Milliseconds() // whoever forwards it: the job carries its key's lease
+		}
+		argv = append(argv, "due", job.TraceParent, lease)
+		keys = append(keys, p.dueKey)
+	case p.Mode == ModeThrottle:
 		argv = append(argv, uint64(packOpen(newRnd())), p.Window.Milliseconds(), p.trailingLife.Milliseconds())
 	}
-	keys := c.keys(p, key)
 	var ints []int64
 	var replayed bool
 	var doubt error

@@ -346,6 +346,7 @@ func connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	}
 	cfg.Local.Apply(&dcfg)
 	cfg.Redis.Replicas.Apply(&dcfg)
+	cfg.Redis.ApplySchedules(&dcfg)
 	if m != nil {
 		dcfg.Hooks = m.DebounceHooks()
 	}
@@ -557,6 +558,11 @@ func Run(ctx context.Context, o Options) error {
 		every = DefaultReapEvery
 	}
 	go reap(reapCtx, c.Coalescer, every, o.RepairAfter, m, log)
+	if c.Coalescer.Defers() {
+		// Rounds held in Redis until due: their jobs are published from
+		// here (and from every worker) as they come due.
+		go func() { _ = c.Coalescer.NewForwarder(c.Publisher).Run(reapCtx) }()
+	}
 	stopOutbox, err := StartOutbox(ctx, cfg, c, m, log)
 	if err != nil {
 		cr.Stop()
