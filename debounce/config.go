@@ -81,9 +81,12 @@ type Config struct {
 
 	// Schedules says where debounce rounds wait for their due time
 	// (deferred.go): SchedulesAuto (the default) holds them in Redis on a
-	// single-node or Sentinel client, where a forwarder publishes each
-	// job when due and an opening costs one Redis round trip; on Cluster
-	// or Ring each round gets a JetStream schedule at its opening.
+	// single-node or Sentinel client whose Redis keeps its data (an
+	// append-only file, or replication acks), where a forwarder publishes
+	// each job when due and an opening costs one Redis round trip; else
+	// (and always on Cluster or Ring) each round gets a JetStream schedule
+	// at its opening. SchedulesRedis holds them in Redis whatever the
+	// persistence; SchedulesJetStream never.
 	Schedules Schedules
 	// Forwarding: ForwardingAuto (the default) lets the Coalescer publish,
 	// once due, the rounds held in Redis while any of its types' wait (a
@@ -165,9 +168,9 @@ type Coalescer struct {
 	// doubtLogged: unix ns of the last replication doubt logged.
 	doubtLogged atomic.Int64
 	idemWindow  time.Duration
-	// deferred: debounce rounds wait in Redis until due (deferred.go).
-	deferred bool
-	fwd      forwardState
+	// sched: where debounce rounds wait (deferred.go).
+	sched *schedState
+	fwd   forwardState
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
@@ -180,13 +183,17 @@ type compiled struct {
 	layout     layout              // the one of hash, chosen once
 	mix        typeMix             // the type's part of every Redis key
 	life       time.Duration       // see lifetime
-	lifeArg    any                 // life in ms, boxed once: a script argument of every packed call
+	// Script arguments of every decision, boxed once (a boxed number is an
+	// allocation): life, Window, the extend window, MaxWait, Payload,
+	// MaxItems, an exclusive Lease (0: none) and trailingLife, in ms.
+	lifeArg, windowArg, extendArg, maxWaitArg, payloadArg, maxItemsArg, leaseArg, trailingArg any
 	// Throttle with trailing: the trailing round lives until the window end
 	// plus this (the stream's MaxAge).
 	trailingLife time.Duration
 	local        bool // events may be answered locally (local.go)
-	// deferred: rounds wait in Redis, listed in dueKey, until a forwarder
-	// publishes their jobs (deferred.go).
+	// deferred: rounds may wait in Redis, listed in dueKey, until a
+	// forwarder publishes their jobs (deferred.go; whether one opened now
+	// does is Coalescer.holdInRedis).
 	deferred bool
 	dueKey   string
 }
@@ -242,7 +249,7 @@ func New(cfg Config) (*Coalescer, error) {
 	if err := c.setIdempotency(cfg); err != nil {
 		return nil, err
 	}
-	if c.deferred, err = resolveSchedules(cfg.Schedules, c.rdb); err != nil {
+	if c.sched, err = newSchedState(cfg.Schedules, c.rdb); err != nil {
 		return nil, err
 	}
 	switch cfg.Forwarding {
@@ -277,7 +284,7 @@ func New(cfg Config) (*Coalescer, error) {
 			return nil, &PolicyError{Type: cp.Type, Field: "type", Msg: "two policies for this job type; keep one"}
 		}
 		cp.local = c.local != nil && cp.localEligible()
-		cp.deferred = deferredPolicy(cp, c.deferred)
+		cp.deferred = deferredPolicy(cp, c.sched.may)
 		cp.dueKey = dueKey(c.prefix, cp.Type)
 		c.policies[cp.Type] = cp
 	}
@@ -396,7 +403,15 @@ func compile(p Policy, maxAge time.Duration) (*compiled, error) {
 	default:
 		cp.life = p.latestDue() + maxAge
 	}
-	cp.lifeArg = cp.life.Milliseconds()
+	cp.lifeArg, cp.windowArg, cp.maxWaitArg = cp.life.Milliseconds(), p.Window.Milliseconds(), p.MaxWait.Milliseconds()
+	cp.extendArg, cp.leaseArg = int64(0), int64(0)
+	if p.Extend {
+		cp.extendArg = p.Window.Milliseconds()
+	}
+	if p.Exclusive {
+		cp.leaseArg = p.Lease.Milliseconds()
+	}
+	cp.payloadArg, cp.maxItemsArg, cp.trailingArg = string(p.Payload), p.MaxItems, cp.trailingLife.Milliseconds()
 	return cp, nil
 }
 

@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Rounds held in Redis until due (Schedules "redis", the default on a
-// single-node or Sentinel Redis): a debounce round's opening writes, in the
+// Rounds held in Redis until due (Schedules "redis"; auto's choice on a
+// single-node or Sentinel Redis that keeps its data): a debounce round's opening writes, in the
 // one script call that opens it, everything its job needs (the round, its
 // identity, and its entry in its type's due list, a sorted set scored by
 // due time), and answers. No JetStream message is sent at the opening: a
@@ -52,7 +52,8 @@ type Schedules string
 // Schedules values.
 const (
 	// SchedulesAuto (also "auto"): SchedulesRedis on a single-node or
-	// Sentinel client, SchedulesJetStream on Cluster or Ring.
+	// Sentinel client whose Redis keeps its data (an append-only file, or
+	// replica acks on); else SchedulesJetStream (always on Cluster or Ring).
 	SchedulesAuto Schedules = ""
 	// SchedulesRedis: the round waits in Redis, in its type's due list; a
 	// forwarder publishes its job when due. One Redis round trip per
@@ -102,37 +103,115 @@ const (
 	forwardHash   = 3
 )
 
-// resolveSchedules decides where the Coalescer's debounce rounds wait.
-func resolveSchedules(s Schedules, rdb redis.UniversalClient) (bool, error) {
+// schedState is where the Coalescer's debounce rounds wait.
+type schedState struct {
+	// may: rounds may be held in Redis (single node or Sentinel; not
+	// "jetstream"): due lists exist and are forwarded.
+	may bool
+	// always: "redis": held in Redis whatever the store's durability.
+	always bool
+	// durable (auto): 0 not checked yet, 1 the Redis keeps its data (AOF on,
+	// or replication acks), 2 it does not; checked (unix ns) when.
+	durable  atomic.Int32
+	checked  atomic.Int64
+	checking atomic.Bool
+}
+
+// durableCheckEvery: how often auto reads again whether Redis keeps its data.
+const durableCheckEvery = 30 * time.Second
+
+// newSchedState checks the Schedules setting against the client.
+func newSchedState(s Schedules, rdb redis.UniversalClient) (*schedState, error) {
 	_, single := rdb.(*redis.Client)
 	switch s {
 	case SchedulesAuto, "auto":
-		return single, nil
+		return &schedState{may: single}, nil
 	case SchedulesRedis:
 		if !single {
-			return false, fmt.Errorf("%w: Config.Schedules %q needs a single-node or Sentinel client: on a Cluster (or Ring) a type's due list cannot share a slot with its rounds; use %q", ErrInvalidConfig, s, SchedulesJetStream)
+			return nil, fmt.Errorf("%w: Config.Schedules %q needs a single-node or Sentinel client: on a Cluster (or Ring) a type's due list cannot share a slot with its rounds; use %q", ErrInvalidConfig, s, SchedulesJetStream)
 		}
-		return true, nil
+		return &schedState{may: true, always: true}, nil
 	case SchedulesJetStream:
-		return false, nil
+		return &schedState{}, nil
 	}
-	return false, fmt.Errorf("%w: Config.Schedules %q: use %q, %q or %q", ErrInvalidConfig, s, "auto", SchedulesRedis, SchedulesJetStream)
+	return nil, fmt.Errorf("%w: Config.Schedules %q: use %q, %q or %q", ErrInvalidConfig, s, "auto", SchedulesRedis, SchedulesJetStream)
 }
 
-// deferredPolicy says whether a policy's rounds wait in Redis: debounce
-// rounds, when the Coalescer's Schedules say so.
-func deferredPolicy(p *compiled, deferred bool) bool {
-	return deferred && p.Mode == ModeDebounce
+// holdInRedis reports whether a round opened now waits in Redis: always
+// with "redis"; with auto, when the Redis keeps its data (appendonly yes,
+// or replication acks on): a round held in Redis lives only there until
+// due, so a Redis that restarts empty would lose its job, where a
+// JetStream schedule would still fire (with the first event's args).
+func (c *Coalescer) holdInRedis(ctx context.Context) bool {
+	st := c.sched
+	switch {
+	case !st.may:
+		return false
+	case st.always:
+		return true
+	}
+	if c.repl.active(ctx) {
+		return true // every decision waits for a replica: a failover keeps it
+	}
+	switch st.durable.Load() {
+	case 0:
+		c.checkDurable(ctx)
+	default:
+		if time.Since(time.Unix(0, st.checked.Load())) > durableCheckEvery && st.checking.CompareAndSwap(false, true) {
+			go func() {
+				defer st.checking.Store(false)
+				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				c.checkDurable(cctx)
+			}()
+		}
+	}
+	return st.durable.Load() == 1
+}
+
+// checkDurable reads whether Redis writes an append-only file (INFO
+// persistence); a server that does not say (miniredis) counts as not.
+func (c *Coalescer) checkDurable(ctx context.Context) {
+	st := c.sched
+	defer st.checked.Store(time.Now().UnixNano())
+	raw, err := c.rdb.Info(ctx, "persistence").Result()
+	if err != nil {
+		if st.durable.Load() == 0 {
+			st.durable.Store(2)
+		}
+		return
+	}
+	on, _ := infoField(raw, "aof_enabled")
+	was := st.durable.Swap(map[bool]int32{true: 1, false: 2}[on == "1"])
+	if was != 0 && was != st.durable.Load() {
+		c.log.Info("redis persistence changed: debounce rounds opened from now on wait in Redis only with an append-only file (schedules: auto)", "aof", on == "1")
+	}
+}
+
+// deferredPolicy says whether a policy's rounds may wait in Redis:
+// debounce rounds, when the Coalescer's Schedules allow it.
+func deferredPolicy(p *compiled, may bool) bool {
+	return may && p.Mode == ModeDebounce
 }
 
 // dueKey is the due list of a job type.
 func dueKey(prefix, jobType string) string { return prefix + "due:" + jobType }
 
-// Deferred reports whether rounds of jobType wait in Redis until due (and
-// are published by a forwarder) rather than as JetStream schedules.
+// Deferred reports whether rounds of jobType may wait in Redis until due
+// (its due list is read and forwarded): a debounce type on a single-node
+// or Sentinel Redis, unless Schedules is "jetstream". Whether a round
+// opened now does is HoldsInRedis.
 func (c *Coalescer) Deferred(jobType string) bool {
 	p, ok := c.policies[jobType]
 	return ok && p.deferred
+}
+
+// HoldsInRedis reports whether a round of jobType opened now waits in Redis
+// until due (rather than as a JetStream schedule): with Schedules auto,
+// when the Redis keeps its data (an append-only file, or replication acks).
+func (c *Coalescer) HoldsInRedis(ctx context.Context, jobType string) bool {
+	p, ok := c.policies[jobType]
+	return ok && p.deferred && c.holdInRedis(ctx)
 }
 
 // Defers reports whether any of the Coalescer's types holds its rounds in

@@ -81,8 +81,8 @@ func TestDeferredRoundsArePublishedWhenDue(t *testing.T) {
 					opened[p.Type] = d
 				}
 			}
-			if !f.c.Deferred(p.Type) {
-				t.Errorf("%s: Deferred false", p.Type)
+			if !f.c.Deferred(p.Type) || !f.c.HoldsInRedis(ctx, p.Type) {
+				t.Errorf("%s: not held in Redis", p.Type)
 			}
 			if n, err := f.c.DueCount(ctx, p.Type); err != nil || n != 1 {
 				t.Errorf("%s: DueCount %d %v, want 1", p.Type, n, err)
@@ -355,17 +355,17 @@ func TestDeferredOwnForwarder(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.SharedRedis(t).Client(t)
 	pub := &recorder{}
-	c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: testenv.Prefix(t),
+	c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: testenv.Prefix(t), Schedules: debounce.SchedulesRedis,
 		Policies: []debounce.Policy{{Type: "t", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadLast}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Deferred("t") {
-		t.Fatal("a single-node Redis defers by default")
-	}
 	d, err := c.Submit(context.Background(), debounce.Event{Type: "t", Args: json.RawMessage(`{"n":1}`)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(pub.all()) != 0 {
+		t.Fatal("published at the opening")
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for len(pub.all()) == 0 {
@@ -382,6 +382,42 @@ func TestDeferredOwnForwarder(t *testing.T) {
 	}
 }
 
+// Auto holds rounds in Redis only where Redis keeps its data: a server
+// with an append-only file, not one without (a restart would lose the
+// rounds' jobs, which JetStream schedules still fire) nor miniredis.
+func TestDeferredAutoFollowsPersistence(t *testing.T) {
+	t.Parallel()
+	policy := debounce.Policy{Type: "t", Mode: debounce.ModeDebounce, Window: time.Minute}
+	_, mini := testenv.Miniredis(t)
+	for _, tc := range []struct {
+		name string
+		rdb  *redis.Client
+		want bool
+	}{
+		{"aof", testenv.NewRedisWith(t, "--appendonly", "yes").Client(t), true},
+		{"none", testenv.SharedRedis(t).Client(t), false},
+		{"miniredis", mini, false},
+	} {
+		pub := &recorder{}
+		c, err := debounce.New(debounce.Config{Redis: tc.rdb, Publisher: pub, Prefix: testenv.Prefix(t), Policies: []debounce.Policy{policy}, Forwarding: debounce.ForwardingOff})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.Deferred("t") {
+			t.Errorf("%s: a single node's due list is not read", tc.name)
+		}
+		if got := c.HoldsInRedis(context.Background(), "t"); got != tc.want {
+			t.Errorf("%s: HoldsInRedis %v, want %v", tc.name, got, tc.want)
+		}
+		if _, err := c.Submit(context.Background(), debounce.Event{Type: "t", Args: json.RawMessage(`{"a":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if published := len(pub.all()) == 1; published == tc.want {
+			t.Errorf("%s: published at the opening %v, want %v", tc.name, published, !tc.want)
+		}
+	}
+}
+
 // Schedules "redis" needs a single node; values are checked.
 func TestDeferredConfig(t *testing.T) {
 	t.Parallel()
@@ -390,7 +426,7 @@ func TestDeferredConfig(t *testing.T) {
 		t.Errorf("redis schedules on a Cluster: %v", err)
 	}
 	c, err := debounce.New(debounce.Config{Redis: cluster, Policies: []debounce.Policy{{Type: "t", Mode: debounce.ModeDebounce, Window: time.Second}}})
-	if err != nil || c.Deferred("t") {
+	if err != nil || c.Deferred("t") || c.HoldsInRedis(context.Background(), "t") {
 		t.Errorf("auto on a Cluster: %v, deferred %v; want JetStream schedules", err, c != nil && c.Deferred("t"))
 	}
 	_, mc := testenv.Miniredis(t)
@@ -402,7 +438,7 @@ func TestDeferredConfig(t *testing.T) {
 	c, err = debounce.New(debounce.Config{Redis: mc, Policies: []debounce.Policy{
 		{Type: "d", Mode: debounce.ModeDebounce, Window: time.Second}, {Type: "x", Mode: debounce.ModeDedup}}})
 	if err != nil || !c.Deferred("d") || c.Deferred("x") {
-		t.Errorf("auto on a single node: %v; want debounce deferred, dedup not", err)
+		t.Errorf("auto on a single node: %v; want debounce's due list read, dedup's not", err)
 	}
 }
 
@@ -437,5 +473,54 @@ func TestDeferredOpeningIsReplicated(t *testing.T) {
 		if typ == "packed" && !r.onReplica(t, key+"j", "j") {
 			t.Errorf("packed: its identity is not on the replica")
 		}
+	}
+}
+
+// A Coalescer that no longer holds rounds in Redis (auto, after the Redis
+// lost its append-only file) still fills a round held earlier: the filling
+// event moves it to now in the due list, publishes nothing itself (the
+// round is held: its opener published nothing either), and a forwarder
+// publishes it with every item.
+func TestDeferredFilledByACoalescerThatNoLongerHolds(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.SharedRedis(t).Client(t) // no append-only file: auto does not hold
+	ctx := context.Background()
+	prefix := testenv.Prefix(t)
+	policy := debounce.Policy{Type: "fill", Mode: debounce.ModeDebounce, Window: time.Hour, Payload: debounce.PayloadAccumulate,
+		ItemField: "id", MaxItems: 2, KeyFields: []string{"k"}, LocalJoins: debounce.LocalJoinsOff}
+	held := &recorder{}
+	a, err := debounce.New(debounce.Config{Redis: rdb, Publisher: held, Prefix: prefix, Policies: []debounce.Policy{policy},
+		Schedules: debounce.SchedulesRedis, Forwarding: debounce.ForwardingOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &recorder{}
+	b, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: prefix, Policies: []debounce.Policy{policy}, Forwarding: debounce.ForwardingOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.HoldsInRedis(ctx, "fill") || !b.Deferred("fill") {
+		t.Fatal("auto on a Redis without an append-only file: want JetStream schedules, its due list still read")
+	}
+	if _, err := a.Submit(ctx, debounce.Event{Type: "fill", Args: json.RawMessage(`{"k":1,"id":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.Submit(ctx, debounce.Event{Type: "fill", Args: json.RawMessage(`{"k":1,"id":2}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pub.all())+len(held.all()) != 0 {
+		t.Fatalf("the filling event published %+v: a held round is its forwarder's", pub.all())
+	}
+	if due := time.Until(d.DueAt); due > time.Minute {
+		t.Fatalf("filled: due in %v, want now", due)
+	}
+	rep, err := b.NewForwarder(pub).Pass(ctx)
+	if err != nil || rep.Published != 1 {
+		t.Fatalf("forwarder: %+v %v, want the filled round published", rep, err)
+	}
+	rel, err := b.Start(ctx, pub.all()[0])
+	if err != nil || rel.Result != debounce.ReleaseReleased || len(rel.Summary.Items) != 2 {
+		t.Fatalf("start: %+v %v, want both items", rel, err)
 	}
 }

@@ -45,8 +45,11 @@ func Example() {
 			KeyFields: []string{"tenant_id"},
 		}},
 		Now: now,
-		// The forwarder runs below, by hand; in a producer the Coalescer
-		// runs its own while rounds wait (and workers run one).
+		// Rounds wait in Redis until due (the default on a Redis with an
+		// append-only file; miniredis has none). The forwarder runs below,
+		// by hand; in a producer the Coalescer runs its own while rounds
+		// wait (and workers run one).
+		Schedules:  debounce.SchedulesRedis,
 		Forwarding: debounce.ForwardingOff,
 	})
 	if err != nil {

@@ -85,6 +85,12 @@ func (c *Coalescer) hashIdentity(k, g, o, a string) (Job, bool) {
 	return job, true
 }
 
+// identitySize bounds the size appendIdentity writes for job, so that it
+// writes into one allocation.
+func identitySize(job Job) int {
+	return 256 + len(job.Type) + len(job.Mode) + len(job.Payload) + len(job.TraceParent) + len(job.Args)
+}
+
 // appendIdentity writes the identity of a packed round's job, with the
 // round's token and times. Args are valid JSON (fingerprinted already),
 // copied as they are.

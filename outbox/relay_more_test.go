@@ -208,7 +208,7 @@ func TestNATSDownRowsWait(t *testing.T) {
 			e.commit(tenant, id)
 		}
 	}
-	if e.side.co.Deferred(orders.Type) {
+	if e.side.co.HoldsInRedis(context.Background(), orders.Type) {
 		// Rounds held in Redis until due need no NATS to be decided: the
 		// rows are decided and deleted, and their jobs published once NATS
 		// is back (below).

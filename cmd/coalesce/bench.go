@@ -235,7 +235,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		rdb = conns.Redis
 		res.Via = "library"
 		res.Schedules = string(debounce.SchedulesJetStream)
-		if co.Deferred(*jobType) {
+		if co.HoldsInRedis(ctx, *jobType) {
 			res.Schedules = string(debounce.SchedulesRedis)
 		}
 		argsOf := func(i int) json.RawMessage {

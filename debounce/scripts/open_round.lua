@@ -30,7 +30,9 @@
 -- ARGV[12] -> identity: field o, "" with payload last (unless deferred)
 -- ARGV[13] -> throttle: value to open the window with (packed layout);
 --             debounce: "due" to open a new round deferred (in the due
---             list, published by a forwarder when due), "" not
+--             list, published by a forwarder when due); "list" to open it
+--             with a JetStream schedule while a round held earlier that
+--             this event fills goes to now in the due list (KEYS[2])
 -- ARGV[14] -> throttle: window length, ms (timed here, from the moment the
 --             window opens); deferred: the opening event's traceparent
 -- ARGV[15] -> throttle: how long the trailing round outlives its window, ms;
@@ -59,9 +61,9 @@ local id_key, id_fingerprint, id_args = ARGV[10], ARGV[11], ARGV[12]
 local window_value, window_ms, trailing_ms = ARGV[13], ARGV[14], ARGV[15]
 local deferred = window_value == 'due'
 local trace, lease = ARGV[14], ARGV[15]
-local throttle = KEYS[2] ~= nil and not deferred
+local throttle = KEYS[2] ~= nil and not deferred and window_value ~= 'list'
 local due_list = nil
-if deferred then due_list = KEYS[2] end
+if KEYS[2] and not throttle then due_list = KEYS[2] end
 
 -- A window whose trailing round (KEYS[1]) is still pending stays closed
 -- until that round's job starts (open_packed.lua): the event joins it.

@@ -116,7 +116,8 @@ type Redis struct {
 	Replicas RedisReplicas `yaml:"replicas"`
 	// Schedules: where debounce rounds wait for their due time
 	// (debounce.Config.Schedules): "auto" (the default: in Redis on a single
-	// node or Sentinel, a JetStream schedule each on a Cluster), "redis" or
+	// node or Sentinel with an append-only file or replica acks, else a
+	// JetStream schedule each, as always on a Cluster), "redis" or
 	// "jetstream".
 	Schedules string `yaml:"schedules"`
 }

@@ -674,7 +674,7 @@ func TestHostileConcurrentAbuse(t *testing.T) {
 	// Redis until due, no message and its identity beside it (and its type's
 	// due list, one key).
 	perRound, msgs := int64(1), uint64(good)
-	if h.co.Deferred("recompute") {
+	if h.co.HoldsInRedis(context.Background(), "recompute") {
 		perRound, msgs = 2, 0
 	}
 	if n != good || after.dbsize-before.dbsize < perRound*good || after.dbsize-before.dbsize > perRound*good+1 || after.msgs != before.msgs+msgs {

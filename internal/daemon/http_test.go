@@ -285,7 +285,7 @@ func TestExplainRoundsAndPolicies(t *testing.T) {
 	// A round held in Redis until due has no message yet to purge; one with
 	// a JetStream schedule has its schedule purged.
 	purged := `"purged":1`
-	if f.co.Deferred("recompute") {
+	if f.co.HoldsInRedis(context.Background(), "recompute") {
 		purged = `"purged":0`
 	}
 	if code != 200 || !bytes.Contains(body, []byte(purged)) || !bytes.Contains(body, []byte(`"cancelled"`)) {
