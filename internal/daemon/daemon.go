@@ -241,6 +241,9 @@ func connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		return nil, err
 	}
 	redisURL, natsURLs := cfg.Redis.URL, cfg.NATS.URLs
+	if cfg.EmbeddedRedis() && cfg.Redis.Schedules == string(debounce.SchedulesRedis) {
+		return fail(errors.New("redis.schedules: redis needs a real Redis: the embedded store keeps no sorted sets (the due lists held rounds wait in); use auto or jetstream, or give a Redis with --redis"))
+	}
 	if cfg.UsesEmbedded() {
 		c.Embedded = cfg.EmbeddedRedis() // the Redis is in-process (its client and persistence differ)
 		if err := os.MkdirAll(cfg.Embedded.DataDir, 0o755); err != nil {
