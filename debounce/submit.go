@@ -240,7 +240,7 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 
 	d.Outcome, d.DueAt = outcomeOf(p, r)
 	if r.replayed {
-		if p.deferred {
+		if hold {
 			c.ensureForwarding() // its round may be held in Redis
 		}
 		return c.replay(ctx, p, d, job, r)
@@ -259,8 +259,11 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 		}
 		return d, err
 	}
-	if p.deferred {
-		c.ensureForwarding() // its opener may be gone: forward from here too
+	if hold {
+		// Its opener may be gone: forward from here too (a Coalescer that
+		// holds no rounds now, auto on a Redis without persistence, leaves
+		// a round held earlier to the workers' and daemon's forwarders).
+		c.ensureForwarding()
 	}
 	if r.fire {
 		// This event filled the round: publish the version it took, due now,
