@@ -127,6 +127,9 @@ type overdueRound struct {
 	job    Job
 	token  Token
 	marker string // the version (hash) or repair count (packed) seen
+	// idRaw: the identity read from idKey (packed): only that one is
+	// deleted as stale, not a newer round's of the same key.
+	idRaw string
 }
 
 // Pass scans the rounds once.
@@ -333,7 +336,7 @@ func (r *Reaper) republish(ctx context.Context, o overdueRound) (bool, error) {
 		res, err = repairRoundScript.Run(ctx, r.c.rdb, []string{o.rkey}, strconv.FormatUint(uint64(o.token), 10), o.marker).Int64Slice()
 	} else {
 		exp, rnd := o.token.packedParts()
-		res, err = repairPackedScript.Run(ctx, r.c.rdb, []string{o.rkey, o.idKey}, exp, rnd, o.marker).Int64Slice()
+		res, err = repairPackedScript.Run(ctx, r.c.rdb, []string{o.rkey, o.idKey}, exp, rnd, o.marker, o.idRaw).Int64Slice()
 	}
 	if err != nil {
 		return false, fmt.Errorf("%w: reaper: repair %s round %s: %w", ErrStoreUnavailable, o.job.Type, o.token, err)
@@ -458,7 +461,7 @@ func (r *Reaper) identityRound(ctx context.Context, key string, now time.Time) (
 	if listed, err := r.listed(ctx, job.Type, strings.TrimSuffix(key, "j")); err != nil || listed {
 		return overdueRound{}, false, err // held in Redis: its forwarder's to publish
 	}
-	o := overdueRound{rkey: strings.TrimSuffix(key, "j"), idKey: key, job: job, token: job.Token, marker: repairs,
+	o := overdueRound{rkey: strings.TrimSuffix(key, "j"), idKey: key, job: job, token: job.Token, marker: repairs, idRaw: raw,
 		state: job.Token.String() + "|" + repairs}
 	return o, true, nil
 }

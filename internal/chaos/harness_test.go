@@ -478,12 +478,13 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 	}
 	// COALESCE_CHAOS_SCHEDULES=redis holds every debounce round in Redis
 	// until due (the default only where Redis keeps its data): the path of
-	// rounds published by forwarders, in every scenario but the Cluster's.
+	// rounds published by forwarders, in every scenario but the Cluster's
+	// and the embedded store's (no sorted sets: refused at start).
 	// Without it, auto holds them where Redis keeps its data (AOF, the
 	// Sentinel scenarios); miniredis and the Cluster get JetStream schedules.
 	schedYAML := ""
 	e.heldInRedis = !sc.redisCluster && !sc.embedded && (len(sc.redisArgs) > 0 || sc.sentinel)
-	if s := os.Getenv("COALESCE_CHAOS_SCHEDULES"); s != "" && !sc.redisCluster {
+	if s := os.Getenv("COALESCE_CHAOS_SCHEDULES"); s != "" && !sc.redisCluster && !sc.embedded {
 		e.heldInRedis = s == string(debounce.SchedulesRedis)
 		if redisYAML != "" {
 			redisYAML += "  schedules: " + s + "\n"
