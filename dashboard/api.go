@@ -93,7 +93,13 @@ func (d *Dashboard) pending(ctx context.Context, jobType string, now time.Time) 
 	if ok && now.Sub(c.at) < pendingCacheFor {
 		return c.n, c.more, nil
 	}
-	n, after := 0, uint64(0)
+	// Rounds held in Redis until due (debounce.SchedulesRedis) have no
+	// message yet: their due list counts them.
+	held, err := d.cfg.Coalescer.DueCount(ctx, jobType)
+	if err != nil {
+		return 0, false, err
+	}
+	n, after := int(min(held, PendingCap+1)), uint64(0)
 	for n < PendingCap {
 		page, next, err := d.cfg.Publisher.Rounds(ctx, jobType, after, min(publisher.MaxRoundsPage, PendingCap-n+1))
 		if err != nil {
@@ -208,7 +214,7 @@ type RoundEntry struct {
 	// taken: running, or done and not yet acknowledged) or "other" (another
 	// round of the key is pending; this message is a leftover).
 	State       string          `json:"state"`
-	Scheduled   bool            `json:"scheduled"` // its schedule has not fired
+	Scheduled   bool            `json:"scheduled"` // its schedule has not fired (or, held in Redis, its job is not published yet)
 	DueAt       time.Time       `json:"due_at,omitzero"`
 	OpenedAt    time.Time       `json:"opened_at,omitzero"`
 	FirstSeen   time.Time       `json:"first_seen,omitzero"`
@@ -264,6 +270,28 @@ func (d *Dashboard) listRounds(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
+	page := RoundsPage{Type: typ}
+	if d.cfg.Coalescer.Deferred(typ) && (after == 0 || after >= dueCursor) {
+		// Rounds held in Redis until due come first, in due order; then
+		// the stream's messages (jobs forwarded, waiting or running).
+		offset := 0
+		if after >= dueCursor {
+			offset, after = int(after-dueCursor), 0
+		}
+		held, err := d.cfg.Coalescer.DueRounds(r.Context(), typ, offset, limit)
+		if err != nil {
+			return errf(http.StatusServiceUnavailable, "store_unavailable", "", "%v", err)
+		}
+		if err := d.heldEntries(r.Context(), typ, held, &page); err != nil {
+			return err
+		}
+		if len(held) == limit {
+			page.Next = strconv.FormatUint(dueCursor+uint64(offset+limit), 10)
+			writeJSON(w, http.StatusOK, page)
+			return nil
+		}
+		limit -= len(held)
+	}
 	msgs, next, err := d.cfg.Publisher.Rounds(r.Context(), typ, after, limit)
 	if err != nil {
 		return errf(http.StatusServiceUnavailable, "stream_unavailable", "", "%v", err)
@@ -276,7 +304,9 @@ func (d *Dashboard) listRounds(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return errf(http.StatusServiceUnavailable, "store_unavailable", "", "%v", err)
 	}
-	page := RoundsPage{Type: typ, Rounds: make([]RoundEntry, 0, len(msgs))}
+	if page.Rounds == nil {
+		page.Rounds = make([]RoundEntry, 0, len(msgs))
+	}
 	if next != 0 {
 		page.Next = strconv.FormatUint(next, 10)
 	}
@@ -309,6 +339,43 @@ func (d *Dashboard) listRounds(w http.ResponseWriter, r *http.Request) error {
 		page.Rounds = append(page.Rounds, e)
 	}
 	writeJSON(w, http.StatusOK, page)
+	return nil
+}
+
+// dueCursor: a listing's cursor at or above it is an offset into the type's
+// due list (rounds held in Redis until due), below it a stream sequence.
+const dueCursor = 1 << 62
+
+// heldEntries adds a page of rounds held in Redis until due to page.
+func (d *Dashboard) heldEntries(ctx context.Context, typ string, held []debounce.DueRound, page *RoundsPage) error {
+	keys := make([]debounce.RoundKey, len(held))
+	for i, h := range held {
+		keys[i] = h.Job.Key
+	}
+	rounds, found, err := d.cfg.Coalescer.InspectMany(ctx, typ, keys)
+	if err != nil {
+		return errf(http.StatusServiceUnavailable, "store_unavailable", "", "%v", err)
+	}
+	for i, h := range held {
+		if !found[i] || rounds[i].Token != h.Job.Token {
+			continue // taken or replaced since
+		}
+		rd := rounds[i]
+		e := RoundEntry{Key: h.Job.Key, Round: h.Job.Token, Scheduled: true, State: "pending", DueAt: h.Job.DueAt, OpenedAt: h.Job.OpenedAt,
+			Fingerprint: h.Job.Fingerprint.String(), Events: rd.Events, Items: rd.Items, FirstSeen: rd.FirstSeen, LastSeen: rd.LastSeen}
+		if !rd.DueAt.IsZero() {
+			e.DueAt = rd.DueAt
+		}
+		if len(h.Job.Args) <= maxArgsShown && json.Valid(h.Job.Args) {
+			e.Args = json.RawMessage(h.Job.Args)
+		} else {
+			e.ArgsTrimmed = true
+		}
+		if len(rd.Payload) <= maxArgsShown {
+			e.Payload = rd.Payload
+		}
+		page.Rounds = append(page.Rounds, e)
+	}
 	return nil
 }
 

@@ -15,17 +15,22 @@ import (
 )
 
 // benchCoalescer is a Coalescer on the shared real redis-server with a
-// publisher that does nothing: these benchmarks measure the decision.
+// publisher that does nothing: these benchmarks measure the decision (an
+// opening is one Redis write: its job is published when due).
 func benchCoalescer(b *testing.B, policy debounce.Policy) (*debounce.Coalescer, *redis.Client) {
 	b.Helper()
 	srv := testenv.SharedRedis(b)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, MaxRetries: -1, PoolSize: 64})
 	b.Cleanup(func() { rdb.Close() })
 	c, err := debounce.New(debounce.Config{
-		Redis:     rdb,
-		Publisher: debounce.PublisherFunc(func(context.Context, debounce.Job) error { return nil }),
-		Policies:  []debounce.Policy{policy},
-		Prefix:    testenv.Prefix(b),
+		// Rounds held in Redis until due (schedules: redis); no
+		// forwarder polls during the benchmark.
+		Schedules:  debounce.SchedulesRedis,
+		Forwarding: debounce.ForwardingOff,
+		Redis:      rdb,
+		Publisher:  debounce.PublisherFunc(func(context.Context, debounce.Job) error { return nil }),
+		Policies:   []debounce.Policy{policy},
+		Prefix:     testenv.Prefix(b),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -41,11 +46,12 @@ func BenchmarkSubmit(b *testing.B) {
 		"debounce":            {Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, KeyFields: []string{"tenant_id"}},
 		"debounce_extend":     {Type: "t", Mode: debounce.ModeDebounce, Window: time.Minute, Extend: true, MaxWait: time.Hour, KeyFields: []string{"tenant_id"}},
 		"debounce_accumulate": {Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, Payload: debounce.PayloadAccumulate, ItemField: "order", MaxItems: 1 << 20, KeyFields: []string{"tenant_id"}},
+		"debounce_last":       {Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, Payload: debounce.PayloadLast, KeyFields: []string{"tenant_id"}},
 		"dedup":               {Type: "t", Mode: debounce.ModeDedup, KeyFields: []string{"tenant_id"}},
 		// The same as debounce, every event to Redis (local joins off).
 		"debounce_redis": {Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, KeyFields: []string{"tenant_id"}, LocalJoins: debounce.LocalJoinsOff},
 	}
-	for _, name := range []string{"debounce", "debounce_redis", "debounce_extend", "debounce_accumulate", "dedup"} {
+	for _, name := range []string{"debounce", "debounce_redis", "debounce_extend", "debounce_last", "debounce_accumulate", "dedup"} {
 		for _, path := range []string{"coalesced", "scheduled"} {
 			b.Run(name+"/"+path, func(b *testing.B) {
 				c, _ := benchCoalescer(b, policies[name])

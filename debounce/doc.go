@@ -42,6 +42,16 @@
 // it itself, idempotently, so every accepted event is in a published round.
 // An extended round is published again with its new due time.
 //
+// A debounce round may instead wait in Redis until due (Config.Schedules,
+// deferred.go): its opening writes the whole job (the round, its identity,
+// an entry in its type's due list) in its one script call and publishes
+// nothing; a Forwarder (every worker runs one, so does the daemon, and a
+// Coalescer while rounds it opened wait) publishes its job when due. It is
+// chosen with SchedulesRedis, on a single node or Sentinel whose Redis keeps
+// its data (an append-only file, or replica acks); the default,
+// SchedulesAuto, gives each round a JetStream schedule and forwards rounds
+// other processes hold.
+//
 // When the job is delivered, the worker (package worker) calls Start: it
 // takes the round out of Redis, returning its Summary (count, first and
 // last seen, last args, accumulated items), and the job runs with them. A

@@ -14,7 +14,8 @@ import (
 )
 
 // A storm of "recompute tenant 42" events becomes one job, due 30 seconds
-// after the first; the worker closes the round as the job starts.
+// after the first: the round waits in Redis and a forwarder publishes its
+// job when due; the worker closes the round as the job starts.
 func Example() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
@@ -44,6 +45,12 @@ func Example() {
 			KeyFields: []string{"tenant_id"},
 		}},
 		Now: now,
+		// Rounds wait in Redis until due (the default on a Redis with an
+		// append-only file; miniredis has none). The forwarder runs below,
+		// by hand; in a producer the Coalescer runs its own while rounds
+		// wait (and workers run one).
+		Schedules:  debounce.SchedulesRedis,
+		Forwarding: debounce.ForwardingOff,
 	})
 	if err != nil {
 		panic(err)
@@ -57,8 +64,7 @@ func Example() {
 		}
 		fmt.Println(d.Outcome, d.Events)
 	}
-	job := published[0]
-	fmt.Printf("%d job, due %v after its first event, args %s\n", len(published), job.DueAt.Sub(job.OpenedAt), job.Args)
+	fmt.Println(len(published), "jobs published: the round waits in Redis until due")
 
 	// Events 2 to 5 were answered without a Redis call: the flush adds them
 	// to the round within milliseconds. Flush does it now, as a producer
@@ -72,6 +78,11 @@ func Example() {
 	mu.Unlock()
 	mr.SetTime(now())
 	mr.FastForward(30 * time.Second)
+	if _, err := c.NewForwarder(nil).Pass(ctx); err != nil { // a worker runs it every 100 ms
+		panic(err)
+	}
+	job := published[0]
+	fmt.Printf("%d job, due %v after its first event, args %s\n", len(published), job.DueAt.Sub(job.OpenedAt), job.Args)
 	rel, err := c.Start(ctx, job) // in the worker, before the handler runs
 	if err != nil {
 		panic(err)
@@ -85,6 +96,7 @@ func Example() {
 	// coalesced 3
 	// coalesced 4
 	// coalesced 5
+	// 0 jobs published: the round waits in Redis until due
 	// 1 job, due 30s after its first event, args {"tenant_id":42,"order_id":1000}
 	// released 5 events
 	// next event: scheduled

@@ -11,3 +11,6 @@ func HoldFlushes(c *Coalescer) (release func()) {
 	c.local.held.Store(true)
 	return func() { c.local.held.Store(false) }
 }
+
+// RoundRedisKey is the Redis key of a job's round.
+func RoundRedisKey(c *Coalescer, job Job) string { return c.jobRedisKey(job) }

@@ -37,20 +37,22 @@ type identity struct {
 	Round   string          `json:"round,omitempty"`
 	Opened  int64           `json:"opened,omitempty"` // unix ms
 	Due     int64           `json:"due,omitempty"`    // unix ms; 0: immediate
+	Lease   int64           `json:"lease,omitempty"`  // ms: an exclusive key's lease (Job.Lease)
 }
 
 const identityVersion = 1
 
 // appendHashIdentity adds the identity arguments of open_round.lua (k, g,
-// o) for job.
-func appendHashIdentity(argv []any, job Job) []any {
+// o) for job; with payload last, o (the opening args) only when asked for:
+// a round held in Redis until due publishes them as its job's body.
+func appendHashIdentity(argv []any, job Job, withArgs bool) []any {
 	k := make([]byte, 0, len(job.Key)+len(job.Type))
 	k = append(append(k, job.Key[:]...), job.Type...)
 	var g, o []byte
 	if [32]byte(job.Fingerprint) != [32]byte(job.Key) {
 		g = job.Fingerprint[:]
 	}
-	if job.Payload != PayloadLast {
+	if job.Payload != PayloadLast || withArgs {
 		o = job.Args
 	}
 	return append(argv, k, g, o)
@@ -83,6 +85,12 @@ func (c *Coalescer) hashIdentity(k, g, o, a string) (Job, bool) {
 	return job, true
 }
 
+// identitySize bounds the size appendIdentity writes for job, so that it
+// writes into one allocation.
+func identitySize(job Job) int {
+	return 256 + len(job.Type) + len(job.Mode) + len(job.Payload) + len(job.TraceParent) + len(job.Args)
+}
+
 // appendIdentity writes the identity of a packed round's job, with the
 // round's token and times. Args are valid JSON (fingerprinted already),
 // copied as they are.
@@ -113,6 +121,10 @@ func appendIdentity(b []byte, job Job) []byte {
 		b = append(b, `,"due":`...)
 		b = strconv.AppendInt(b, job.DueAt.UnixMilli(), 10)
 	}
+	if job.Lease > 0 {
+		b = append(b, `,"lease":`...)
+		b = strconv.AppendInt(b, job.Lease.Milliseconds(), 10)
+	}
 	return append(b, '}')
 }
 
@@ -136,6 +148,7 @@ func parseIdentity(raw string) (identity, Job, error) {
 	job := Job{
 		Type: id.Type, Key: RoundKey(key), Fingerprint: fp, Mode: id.Mode, Payload: id.Payload,
 		Args: id.Args, TTL: time.Duration(id.TTL) * time.Millisecond, TraceParent: id.Trace,
+		Lease: time.Duration(id.Lease) * time.Millisecond,
 	}
 	if id.Round != "" {
 		if job.Token, err = ParseToken(id.Round); err != nil {

@@ -74,6 +74,11 @@ type Job struct {
 	// (its policy's Lease, stamped at publish): a worker without the policy
 	// honours it too.
 	Lease time.Duration
+	// Forward, set by a forwarder (deferred.go), names one forwarding of a
+	// round held in Redis: it is part of the message id, so a round
+	// forwarded again after a failover lost the first forward's writes (and
+	// so its version) is not dropped as that forward's duplicate.
+	Forward string
 	// Store is the identity of the Redis the round was reserved in, and
 	// StoreAddr that Redis as the producer reached it (store.go): a worker
 	// on another Redis does not run the job. Empty: unknown.

@@ -12,9 +12,10 @@ import (
 // or reply's follows from its token (layoutOfToken), since a round keeps
 // the layout it was opened with after the policy changes.
 type layout interface {
-	// open opens the key's round or joins it (open_packed.lua, open_round.lua).
+	// open opens the key's round or joins it (open_packed.lua,
+	// open_round.lua); hold: a round it opens waits in Redis (deferred.go).
 	// With an idempotency record, it is written by the same script call.
-	open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, item []byte, id *idempotency) (reply, error)
+	open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, item []byte, id *idempotency, hold bool) (reply, error)
 	// mark marks an opened round published.
 	mark(ctx context.Context, c *Coalescer, r reply) error
 	// backout undoes a round whose publish failed (backoutRemoved, …).
@@ -47,12 +48,12 @@ func layoutOfToken(t Token) layout { return layoutOf(t.isHashToken()) }
 func (packedLayout) other() layout { return hashLayout{} }
 func (hashLayout) other() layout   { return packedLayout{} }
 
-func (packedLayout) open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, _ []byte, id *idempotency) (reply, error) {
-	return c.openPacked(ctx, p, job.Key, now, id)
+func (packedLayout) open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, _ []byte, id *idempotency, hold bool) (reply, error) {
+	return c.openPacked(ctx, p, job, now, id, hold)
 }
 
-func (hashLayout) open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, item []byte, id *idempotency) (reply, error) {
-	return c.openRound(ctx, p, job, now, item, id)
+func (hashLayout) open(ctx context.Context, c *Coalescer, p *compiled, job Job, now time.Time, item []byte, id *idempotency, hold bool) (reply, error) {
+	return c.openRound(ctx, p, job, now, item, id, hold)
 }
 
 func (packedLayout) mark(ctx context.Context, c *Coalescer, r reply) error {

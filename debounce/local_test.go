@@ -21,7 +21,7 @@ import (
 // worker or another producer process.
 func (f *fixture) other(t *testing.T, policies ...debounce.Policy) *debounce.Coalescer {
 	t.Helper()
-	c, err := debounce.New(debounce.Config{Redis: f.b.rdb, Publisher: f.pub, Policies: policies, Prefix: f.prefix, Now: f.clock.Now})
+	c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: f.b.rdb, Publisher: f.pub, Policies: policies, Prefix: f.prefix, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestLocalJoinsSpareRedis(t *testing.T) {
 	var scripts atomic.Int64
 	rdb.AddHook(countScripts{&scripts})
 	clock := newClock(backend{})
-	c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: &recorder{}, Prefix: testenv.Prefix(t), Now: clock.Now,
+	c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: rdb, Publisher: &recorder{}, Prefix: testenv.Prefix(t), Now: clock.Now,
 		Policies: []debounce.Policy{{Type: "storm", Mode: debounce.ModeDebounce, Window: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)

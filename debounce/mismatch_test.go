@@ -31,7 +31,7 @@ func TestPayloadChangeWithRoundsPending(t *testing.T) {
 				old := newFixture(t, b, pol(tc.before))
 				d1 := old.submit(t, typ, `{"k":1,"n":1}`)
 				// The new deployment: same Redis, same prefix, the changed policy.
-				cfgNew := debounce.Config{Redis: b.rdb, Publisher: old.pub, Policies: []debounce.Policy{pol(tc.after)}, Prefix: old.prefix, Now: old.clock.Now}
+				cfgNew := debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: b.rdb, Publisher: old.pub, Policies: []debounce.Policy{pol(tc.after)}, Prefix: old.prefix, Now: old.clock.Now}
 				newer, err := debounce.New(cfgNew)
 				if err != nil {
 					t.Fatal(err)

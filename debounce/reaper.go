@@ -2,6 +2,7 @@ package debounce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -126,6 +127,9 @@ type overdueRound struct {
 	job    Job
 	token  Token
 	marker string // the version (hash) or repair count (packed) seen
+	// idRaw: the identity read from idKey (packed): only that one is
+	// deleted as stale, not a newer round's of the same key.
+	idRaw string
 }
 
 // Pass scans the rounds once.
@@ -332,7 +336,7 @@ func (r *Reaper) republish(ctx context.Context, o overdueRound) (bool, error) {
 		res, err = repairRoundScript.Run(ctx, r.c.rdb, []string{o.rkey}, strconv.FormatUint(uint64(o.token), 10), o.marker).Int64Slice()
 	} else {
 		exp, rnd := o.token.packedParts()
-		res, err = repairPackedScript.Run(ctx, r.c.rdb, []string{o.rkey, o.idKey}, exp, rnd, o.marker).Int64Slice()
+		res, err = repairPackedScript.Run(ctx, r.c.rdb, []string{o.rkey, o.idKey}, exp, rnd, o.marker, o.idRaw).Int64Slice()
 	}
 	if err != nil {
 		return false, fmt.Errorf("%w: reaper: repair %s round %s: %w", ErrStoreUnavailable, o.job.Type, o.token, err)
@@ -405,8 +409,8 @@ func (r *Reaper) state(ctx context.Context, key string, now time.Time) (roundSta
 		}
 		return st, nil
 	case "hash":
-		f, err := r.c.rdb.HMGet(ctx, key, "t", "n", "p", "v", "d", "f", "k", "g", "o", "a").Result()
-		if err != nil || len(f) != 10 || f[0] == nil {
+		f, err := r.c.rdb.HMGet(ctx, key, "t", "n", "p", "v", "d", "f", "k", "g", "o", "a", "q").Result()
+		if err != nil || len(f) != 11 || f[0] == nil {
 			return roundState{}, nil
 		}
 		str := func(i int) string { s, _ := f[i].(string); return s }
@@ -422,6 +426,11 @@ func (r *Reaper) state(ctx context.Context, key string, now time.Time) (roundSta
 		}
 		if st.unpublished || !ok || !now.After(msTime(due).Add(r.RepairAfter)) {
 			return st, nil // not overdue, or no identity (opened by an older version, or its policy is gone)
+		}
+		if str(10) == "1" {
+			if listed, err := r.listed(ctx, job.Type, key); err != nil || listed {
+				return st, err // held in Redis: its forwarder's to publish
+			}
 		}
 		st.overdue = &overdueRound{rkey: key, state: str(0) + "|" + str(3), job: job, token: job.Token, marker: str(3)}
 		return st, nil
@@ -449,9 +458,25 @@ func (r *Reaper) identityRound(ctx context.Context, key string, now time.Time) (
 	if !now.After(dueOf(job).Add(r.RepairAfter)) {
 		return overdueRound{}, false, nil
 	}
-	o := overdueRound{rkey: strings.TrimSuffix(key, "j"), idKey: key, job: job, token: job.Token, marker: repairs,
+	if listed, err := r.listed(ctx, job.Type, strings.TrimSuffix(key, "j")); err != nil || listed {
+		return overdueRound{}, false, err // held in Redis: its forwarder's to publish
+	}
+	o := overdueRound{rkey: strings.TrimSuffix(key, "j"), idKey: key, job: job, token: job.Token, marker: repairs, idRaw: raw,
 		state: job.Token.String() + "|" + repairs}
 	return o, true, nil
+}
+
+// listed reports whether a round is in its type's due list (deferred.go):
+// held in Redis until a forwarder publishes its job, so no message of it is
+// missing from the stream.
+func (r *Reaper) listed(ctx context.Context, jobType, rkey string) (bool, error) {
+	if _, err := r.c.rdb.ZScore(ctx, dueKey(r.c.prefix, jobType), rkey).Result(); err != nil {
+		if errors.Is(err, redis.Nil) {
+			return false, nil
+		}
+		return false, fmt.Errorf("%w: reaper: due list of %s: %w", ErrStoreUnavailable, jobType, err)
+	}
+	return true, nil
 }
 
 // CountRounds counts the rounds (and throttle trailing rounds) held in Redis

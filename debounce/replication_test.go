@@ -96,7 +96,7 @@ func TestReplicationAcksPutTheDecisionOnTheReplica(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pub := &recorder{}
 			prefix := testenv.Prefix(t)
-			c, err := debounce.New(debounce.Config{Redis: r.rdb, Publisher: pub, Prefix: prefix,
+			c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: r.rdb, Publisher: pub, Prefix: prefix,
 				Policies: []debounce.Policy{replPolicy("acc", debounce.FailClosed)}, Replication: debounce.Replication{Acks: tc.acks, Timeout: 2 * time.Second}})
 			if err != nil {
 				t.Fatal(err)
@@ -127,7 +127,7 @@ func TestReplicationDoubtByFailMode(t *testing.T) {
 	ctx := context.Background()
 	var doubts atomic.Int32
 	pub := &recorder{}
-	c, err := debounce.New(debounce.Config{Redis: r.rdb, Publisher: pub, Prefix: testenv.Prefix(t),
+	c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: r.rdb, Publisher: pub, Prefix: testenv.Prefix(t),
 		Policies:    []debounce.Policy{replPolicy("closed", debounce.FailClosed), replPolicy("open", debounce.FailOpen)},
 		Replication: debounce.Replication{Acks: 1, Timeout: 200 * time.Millisecond},
 		Hooks:       debounce.Hooks{Replication: func(string, debounce.FailMode, error) { doubts.Add(1) }}})
@@ -177,7 +177,7 @@ func TestReplicationTakeWaitsForTheReplicas(t *testing.T) {
 	ctx := context.Background()
 	clock := &fakeClock{now: time.Now().Truncate(time.Millisecond)}
 	pub := &recorder{}
-	c, err := debounce.New(debounce.Config{Redis: r.rdb, Publisher: pub, Prefix: testenv.Prefix(t), Now: clock.Now,
+	c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: r.rdb, Publisher: pub, Prefix: testenv.Prefix(t), Now: clock.Now,
 		Policies:    []debounce.Policy{replPolicy("acc", debounce.FailClosed)},
 		Replication: debounce.Replication{Acks: 1, Timeout: 200 * time.Millisecond}})
 	if err != nil {
@@ -229,7 +229,7 @@ func TestReplicationSurvivesAPromotion(t *testing.T) {
 			r := newReplicated(t)
 			pub := &recorder{}
 			prefix := testenv.Prefix(t)
-			c, err := debounce.New(debounce.Config{Redis: r.rdb, Publisher: pub, Prefix: prefix,
+			c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: r.rdb, Publisher: pub, Prefix: prefix,
 				Policies:    []debounce.Policy{replPolicy("acc", debounce.FailClosed)},
 				Replication: debounce.Replication{Acks: acks, Timeout: 100 * time.Millisecond}})
 			if err != nil {
@@ -286,7 +286,7 @@ func TestReplicationAcksOnACluster(t *testing.T) {
 	ctx := context.Background()
 	pub := &recorder{}
 	prefix := testenv.Prefix(t)
-	c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: prefix,
+	c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: rdb, Publisher: pub, Prefix: prefix,
 		Policies:    []debounce.Policy{replPolicy("acc", debounce.FailClosed)},
 		Replication: debounce.Replication{Timeout: 2 * time.Second}}) // a loaded machine's replica may take a while
 	if err != nil {

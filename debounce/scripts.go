@@ -8,7 +8,10 @@ import (
 
 // The Lua scripts, one file each under scripts/, each opening with its
 // KEYS/ARGV/returns contract. Every key a script touches is passed in KEYS and
-// shares the round's hash tag.
+// shares the round's hash tag, except where a script serves many rounds at
+// once, which happens only on a single node (the flush groups its calls by
+// slot; due lists, deferred.go, exist only on a single-node or Sentinel
+// Redis).
 var (
 	//go:embed scripts/open_packed.lua
 	openPackedLua string
@@ -42,6 +45,12 @@ var (
 	flushRoundLua string
 	//go:embed scripts/uncount_start.lua
 	uncountStartLua string
+	//go:embed scripts/forward_claim.lua
+	forwardClaimLua string
+	//go:embed scripts/forward_take.lua
+	forwardTakeLua string
+	//go:embed scripts/forward_done.lua
+	forwardDoneLua string
 
 	openPackedScript    = redis.NewScript(openPackedLua)
 	releasePackedScript = redis.NewScript(releasePackedLua)
@@ -59,6 +68,9 @@ var (
 	flushPackedScript   = redis.NewScript(flushPackedLua)
 	flushRoundScript    = redis.NewScript(flushRoundLua)
 	uncountStartScript  = redis.NewScript(uncountStartLua)
+	forwardClaimScript  = redis.NewScript(forwardClaimLua)
+	forwardTakeScript   = redis.NewScript(forwardTakeLua)
+	forwardDoneScript   = redis.NewScript(forwardDoneLua)
 )
 
 // The statuses of the scripts that close a round (release_packed.lua and

@@ -79,12 +79,14 @@ func TestScriptStatuses(t *testing.T) {
 	opening := map[string]int{
 		"JOINED": statusJoined, "OPENED": statusOpened, "LEADING": statusLeading, "THROTTLED": statusThrottled, "EXTENDED": statusExtended,
 	}
+	forwarding := map[string]int{"GONE": forwardGone, "WAIT": forwardWait, "PACKED": forwardPacked, "HASH": forwardHash}
 	decl := regexp.MustCompile(`(?m)^local ((?:[A-Z_]+, )*[A-Z_]+) = ((?:-?[0-9]+, )*-?[0-9]+)$`)
 	bare := regexp.MustCompile(`return \{-?[0-9]`)
 	for f, want := range map[string]map[string]int{
 		"scripts/release_packed.lua": closing, "scripts/take_round.lua": closing,
 		"scripts/open_packed.lua": opening, "scripts/open_round.lua": opening,
-		"scripts/idempotent.lua": {"REUSED": idemReused, "FRESH": idemFresh, "REPLAYED": idemReplayed},
+		"scripts/idempotent.lua":   {"REUSED": idemReused, "FRESH": idemFresh, "REPLAYED": idemReplayed},
+		"scripts/forward_take.lua": forwarding,
 	} {
 		src, err := os.ReadFile(f)
 		if err != nil {

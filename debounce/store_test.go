@@ -26,7 +26,7 @@ func TestInvalidEvents(t *testing.T) {
 	t.Parallel()
 	_, rdb := miniClient(t)
 	pub := &recorder{}
-	c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Policies: []debounce.Policy{
+	c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: rdb, Publisher: pub, Policies: []debounce.Policy{
 		{Type: "t", Mode: debounce.ModeDedup, KeyFields: []string{"tenant_id"}},
 		{Type: "acc", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadAccumulate, ItemField: "id"},
 	}})
@@ -132,7 +132,7 @@ func TestStoreDown(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	pub := &recorder{}
 	var storeErrors sync.Map
-	c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Policies: []debounce.Policy{
+	c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: rdb, Publisher: pub, Policies: []debounce.Policy{
 		{Type: "open", Mode: debounce.ModeDebounce, Window: 5 * time.Second},
 		{Type: "closed", Mode: debounce.ModeDebounce, Window: 5 * time.Second, Fail: debounce.FailClosed},
 	}, Hooks: debounce.Hooks{StoreError: func(jobType string, fail debounce.FailMode, err error) {
@@ -263,7 +263,7 @@ func TestMemoryPerRound(t *testing.T) {
 	srv := testenv.NewRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, MaxRetries: -1, PoolSize: 32})
 	t.Cleanup(func() { rdb.Close() })
-	c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: &recorder{}, Policies: []debounce.Policy{
+	c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: rdb, Publisher: &recorder{}, Policies: []debounce.Policy{
 		{Type: "recompute", Mode: debounce.ModeDebounce, Window: 30 * time.Second, KeyFields: []string{"tenant_id"}},
 	}})
 	if err != nil {
@@ -346,7 +346,7 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 	srv := testenv.NewRedis(t)
 	rdb := srv.Client(t)
 	for _, pipelines := range []int{0, -1} {
-		c, err := debounce.New(debounce.Config{Redis: rdb, Publisher: &recorder{}, Pipelines: pipelines, Prefix: testenv.Prefix(t),
+		c, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: rdb, Publisher: &recorder{}, Pipelines: pipelines, Prefix: testenv.Prefix(t),
 			Policies: []debounce.Policy{{Type: "t", Mode: debounce.ModeDebounce, Window: time.Second}}})
 		if err != nil {
 			t.Fatal(err)

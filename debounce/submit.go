@@ -207,7 +207,8 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 			return d, fmt.Errorf("debounce: submit %s %s: %w", p.Type, key, err)
 		}
 	}
-	r, err := p.layout.open(ctx, c, p, job, now, item, pr.idem)
+	hold := p.deferred && c.holdInRedis(ctx)
+	r, err := p.layout.open(ctx, c, p, job, now, item, pr.idem, hold)
 	defer func() {
 		// The decision stands on the primary; its replicas did not confirm
 		// it in time: refused under fail: closed (the event may be in its
@@ -223,7 +224,7 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 		// under the policy it was opened with, and the next round takes
 		// the new one. Not a store outage.
 		c.mismatch(ctx, p)
-		r, err = p.layout.other().open(ctx, c, p, job, now, item, pr.idem)
+		r, err = p.layout.other().open(ctx, c, p, job, now, item, pr.idem, hold)
 	}
 	if errors.Is(err, ErrIdempotencyKeyReused) {
 		return d, err
@@ -239,15 +240,30 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 
 	d.Outcome, d.DueAt = outcomeOf(p, r)
 	if r.replayed {
+		if hold {
+			c.ensureForwarding() // its round may be held in Redis
+		}
 		return c.replay(ctx, p, d, job, r)
 	}
 	if r.status == statusOpened || r.status == statusLeading {
-		d, err = c.publishOpened(ctx, p, d, job, r)
+		if r.published {
+			// Held in Redis until due (deferred.go): the write that
+			// answered holds the whole job, and a forwarder publishes it.
+			c.ensureForwarding()
+		} else {
+			d, err = c.publishOpened(ctx, p, d, job, r)
+		}
 		if err == nil && opener != nil && r.doubt == nil {
 			c.learn(opener, p, d, r)
 			opener = nil
 		}
 		return d, err
+	}
+	if hold {
+		// Its opener may be gone: forward from here too (a Coalescer that
+		// holds no rounds now, auto on a Redis without persistence, leaves
+		// a round held earlier to the workers' and daemon's forwarders).
+		c.ensureForwarding()
 	}
 	if r.fire {
 		// This event filled the round: publish the version it took, due now,
@@ -414,17 +430,32 @@ func (c *Coalescer) eval(ctx context.Context, s *redis.Script, keys []string, ar
 
 func newRnd() uint64 { return 1 + rand.Uint64N(1<<packRndBits-1) }
 
-func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, now time.Time, id *idempotency) (reply, error) {
+func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now time.Time, id *idempotency, hold bool) (reply, error) {
+	key := job.Key
 	nowMs := now.UnixMilli()
 	rnd := newRnd()
 	expiry := now.Add(p.lifetime()).UnixMilli()
-	args := []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifeArg}
-	if p.Mode == ModeThrottle {
+	var args []any
+	var keys []string
+	switch {
+	case hold:
+		// Opened published and held in Redis until due, with its identity
+		// for the forwarder (deferred.go).
+		job.Token, job.OpenedAt, job.DueAt = packedToken(expiry, rnd), msTime(nowMs), msTime(nowMs+p.Window.Milliseconds())
+		if p.Exclusive {
+			job.Lease = p.Lease // whoever forwards it: the job carries its key's lease
+		}
+		rkey := redisKey(c.prefix, p.mix, key, "j")
+		keys = []string{rkey[:len(rkey)-1], p.dueKey, rkey}
+		args = []any{uint64(packOpen(rnd) | packPub), expiry, nowMs, p.lifeArg, job.DueAt.UnixMilli(), appendIdentity(make([]byte, 0, identitySize(job)), job)}
+	case p.Mode == ModeThrottle:
 		wrnd := newRnd()
-		args = append(args, uint64(packOpen(wrnd)), p.Window.Milliseconds(),
-			boolArg(p.Trailing), p.trailingLife.Milliseconds())
+		args = []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifeArg, uint64(packOpen(wrnd)), p.windowArg, boolArg(p.Trailing), p.trailingArg}
+		keys = c.keys(p, key)
+	default:
+		args = []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifeArg}
+		keys = c.keys(p, key)
 	}
-	keys := c.keys(p, key)
 	var res []int64
 	var err, doubt error
 	var replayed bool
@@ -475,7 +506,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, key RoundKey, n
 	return r, nil
 }
 
-func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now time.Time, item []byte, id *idempotency) (reply, error) {
+func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now time.Time, item []byte, id *idempotency, hold bool) (reply, error) {
 	nowMs := now.UnixMilli()
 	key := job.Key
 	token := Token(hashTokenBit | rand.Uint64N(hashTokenBit))
@@ -486,19 +517,27 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 	case PayloadAccumulate:
 		data = item
 	}
-	extendWindow := int64(0)
-	if p.Extend {
-		extendWindow = p.Window.Milliseconds()
-	}
-	argv := []any{
-		strconv.FormatUint(uint64(token), 10), nowMs, now.Add(p.lifetime()).UnixMilli(), now.Add(p.Window).UnixMilli(),
-		extendWindow, p.MaxWait.Milliseconds(), string(p.Payload), data, p.MaxItems,
-	}
-	argv = appendHashIdentity(argv, job)
-	if p.Mode == ModeThrottle {
-		argv = append(argv, uint64(packOpen(newRnd())), p.Window.Milliseconds(), p.trailingLife.Milliseconds())
-	}
+	argv := make([]any, 0, 15)
+	argv = append(argv, strconv.FormatUint(uint64(token), 10), nowMs, now.Add(p.lifetime()).UnixMilli(), now.Add(p.Window).UnixMilli(),
+		p.extendArg, p.maxWaitArg, p.payloadArg, data, p.maxItemsArg)
+	argv = appendHashIdentity(argv, job, hold)
 	keys := c.keys(p, key)
+	switch {
+	case hold:
+		// Opened published and held in Redis until due (deferred.go);
+		// the due list also takes a filled round to now.
+		// Whoever forwards it, the job carries its key's lease.
+		argv = append(argv, "due", job.TraceParent, p.leaseArg)
+		keys = append(keys, p.dueKey)
+	case p.deferred:
+		// Opened with a JetStream schedule (Redis keeps no data), but a
+		// round held in Redis earlier that this event fills goes to now in
+		// the due list.
+		argv = append(argv, "list")
+		keys = append(keys, p.dueKey)
+	case p.Mode == ModeThrottle:
+		argv = append(argv, uint64(packOpen(newRnd())), p.windowArg, p.trailingArg)
+	}
 	var ints []int64
 	var replayed bool
 	var doubt error

@@ -170,6 +170,7 @@ func newFixtureWith(t *testing.T, b backend, edit func(*debounce.Config), polici
 	t.Helper()
 	f := &fixture{pub: &recorder{}, clock: newClock(b), b: b, prefix: testenv.Prefix(t)}
 	cfg := debounce.Config{
+		Schedules: debounce.SchedulesJetStream, // the deferred path has its own tests (deferred_test.go)
 		Redis:     b.rdb,
 		Publisher: f.pub,
 		Policies:  policies,
@@ -703,7 +704,7 @@ func TestJoinerPublishesUnpublishedRound(t *testing.T) {
 				<-ctx.Done()
 				return ctx.Err()
 			})
-			opener, err := debounce.New(debounce.Config{Redis: b.rdb, Publisher: dying, Policies: f.c.Policies(), Prefix: f.prefix, Now: f.clock.Now})
+			opener, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: b.rdb, Publisher: dying, Policies: f.c.Policies(), Prefix: f.prefix, Now: f.clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -759,7 +760,7 @@ func TestReaperReleasesStrandedRounds(t *testing.T) {
 			// back-out fails too and the round stays, unpublished.
 			cctx, cancel := context.WithCancel(ctx)
 			dying := debounce.PublisherFunc(func(ctx context.Context, _ debounce.Job) error { cancel(); return ctx.Err() })
-			opener, err := debounce.New(debounce.Config{Redis: b.rdb, Publisher: dying, Policies: f.c.Policies(), Prefix: f.prefix, Now: f.clock.Now})
+			opener, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: b.rdb, Publisher: dying, Policies: f.c.Policies(), Prefix: f.prefix, Now: f.clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}

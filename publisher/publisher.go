@@ -183,7 +183,11 @@ func (p *Publisher) Message(job debounce.Job, now time.Time) (*nats.Msg, error) 
 	} else {
 		// The key is part of the id: a token is unique per key only, and
 		// JetStream deduplicates ids across the whole stream.
-		h.Set(jetstream.MsgIDHeader, job.Key.String()+"-"+round+"-"+strconv.Itoa(job.Version))
+		id := job.Key.String() + "-" + round + "-" + strconv.Itoa(job.Version)
+		if job.Forward != "" {
+			id += "-" + job.Forward
+		}
+		h.Set(jetstream.MsgIDHeader, id)
 	}
 	target := p.subjects.run(job.Type, job.Key, round)
 	m := &nats.Msg{Subject: target, Header: h, Data: job.Args}

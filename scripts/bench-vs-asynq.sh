@@ -1,24 +1,47 @@
 #!/usr/bin/env bash
 # Side by side on one Redis: Asynq TaskID (../shared/peerbench/asynq, built as
-# asynqbench) and `coalesce bench` (the library, local joins on), alternating
-# per workload, 3 repetitions. Needs a running redis-server on REDIS_PORT and
-# a nats-server 2.12+ with JetStream at NATS_URL; FLUSHALL before each run.
-# Prints one line per run: rep|workload|asynq events/s|coalesce JSON.
+# asynqbench; TaskID with ProcessIn for the cold rows, where every job is
+# delayed) and `coalesce bench` (the library, local joins on), alternating
+# per workload, REPS repetitions. Needs a running redis-server on REDIS_PORT
+# and a nats-server 2.12+ with JetStream at NATS_URL; FLUSHALL before each
+# run. Prints one line per run: rep|workload|asynq JSON|coalesce JSON.
+# ROWS picks workloads by name (default: all), e.g. ROWS="cold-c50 last-c1".
+# Debounce rounds wait as JetStream schedules (schedules: auto) unless
+# SCHEDULES=redis holds them in Redis until due (the issue-25 figures in
+# docs/performance.md were taken with rounds held in Redis).
 set -u
 REDIS_PORT=${REDIS_PORT:-7911}
 NATS_URL=${NATS_URL:-nats://127.0.0.1:14343}
 ASYNQ=${ASYNQ:-asynqbench}
 COALESCE=${COALESCE:-coalesce}
 REPS=${REPS:-3}
+ROWS=${ROWS:-}
+SCHEDULES=${SCHEDULES:-}
+# name events keys concurrency asynq-mode coalesce-flags
+WORKLOADS=(
+  "storm-c50 200000 100 50 taskid --payload first"
+  "storm-c1 200000 100 1 taskid --payload first"
+  "first-c50 100000 1000 50 taskid --payload first"
+  "first-c1 100000 1000 1 taskid --payload first"
+  "cold-c50 50000 50000 50 taskid_processin --payload first"
+  "cold-c1 20000 20000 1 taskid_processin --payload first"
+  "last-c50 100000 1000 50 taskid --payload last"
+  "last-c1 30000 1000 1 taskid --payload last"
+  "accumulate-c50 100000 1000 50 taskid --payload accumulate"
+  "accumulate-c1 30000 1000 1 taskid --payload accumulate"
+  "extend-c50 100000 1000 50 taskid --mode extend"
+)
 for rep in $(seq "$REPS"); do
-  for w in "200000 100 50" "200000 100 1" "100000 1000 50" "100000 1000 1"; do
+  for w in "${WORKLOADS[@]}"; do
     set -- $w
+    name=$1 events=$2 keys=$3 conc=$4 amode=$5
+    shift 5
+    if [ -n "$ROWS" ] && [[ " $ROWS " != *" $name "* ]]; then continue; fi
     redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null; redis-cli -p "$REDIS_PORT" SCRIPT FLUSH >/dev/null
-    a=$("$ASYNQ" -port "$REDIS_PORT" -mode taskid -concurrency "$3" -events "$1" -keys "$2" -ttl 300s 2>/dev/null |
-      python3 -c "import json,sys; print(json.load(sys.stdin)['events_per_s'])")
+    a=$("$ASYNQ" -port "$REDIS_PORT" -mode "$amode" -concurrency "$conc" -events "$events" -keys "$keys" -ttl 300s 2>/dev/null | tail -1)
     redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null; redis-cli -p "$REDIS_PORT" SCRIPT FLUSH >/dev/null
     c=$("$COALESCE" bench --redis "redis://127.0.0.1:$REDIS_PORT/0" --nats "$NATS_URL" \
-      --events "$1" --keys "$2" --concurrency "$3" --window 5m 2>/dev/null | tail -1)
-    echo "$rep|$1 events $2 keys c$3|$a|$c"
+      --events "$events" --keys "$keys" --concurrency "$conc" --window 5m ${SCHEDULES:+--schedules "$SCHEDULES"} "$@" 2>/dev/null | tail -1)
+    echo "$rep|$name|$a|$c"
   done
 done

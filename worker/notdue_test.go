@@ -29,7 +29,9 @@ func TestEarlyDeliveryOfAFixedRoundWaits(t *testing.T) {
 		published = append(published, j)
 		return nil
 	})
-	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: testenv.Prefix(t), Now: clock,
+	// A JetStream schedule that fires early by the worker's clock (a round
+	// held in Redis is forwarded by the forwarder's clock).
+	co, err := debounce.New(debounce.Config{Schedules: debounce.SchedulesJetStream, Redis: rdb, Publisher: pub, Prefix: testenv.Prefix(t), Now: clock,
 		Policies: []debounce.Policy{{Type: "fixed", Mode: debounce.ModeDebounce, Window: 10 * time.Second}}})
 	if err != nil {
 		t.Fatal(err)

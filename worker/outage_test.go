@@ -15,11 +15,13 @@ import (
 // enough for more deliveries than ten times max_deliver (the backstop), and
 // comes back without its data. The job must run (its round missing), as its
 // first attempt: on 233be70 every such job was dead-lettered on recovery
-// without running (the deliveries of the outage counted as attempts).
+// without running (the deliveries of the outage counted as attempts). The
+// round has a JetStream schedule: one held in Redis (the default on a single
+// node) is lost with Redis's data, its job with it (README, Production).
 func TestJobOutlivesManyFailedCloses(t *testing.T) {
 	t.Parallel()
 	rs := testenv.NewRedis(t)
-	s := newStackWith(t, testenv.NATS(t), rs.Client(t), nil, debounce.Policy{Type: "report", Mode: debounce.ModeDebounce, Window: time.Second, KeyFields: []string{"k"}})
+	s := newStackWith(t, testenv.NATS(t), rs.Client(t), jetStreamSchedules, debounce.Policy{Type: "report", Mode: debounce.ModeDebounce, Window: time.Second, KeyFields: []string{"k"}})
 	s.submit(t, "report", `{"k":1}`)
 	rs.Stop()
 	var failed atomic.Int64

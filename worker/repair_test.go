@@ -54,7 +54,7 @@ func TestReaperRepairsRoundsTheStreamLost(t *testing.T) {
 	for name, rdb := range redisBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := newStackWith(t, testenv.NATS(t), rdb, nil, repairPolicies...)
+			s := newStackWith(t, testenv.NATS(t), rdb, jetStreamSchedules, repairPolicies...)
 			for _, typ := range repairTypes() {
 				for i := range 3 {
 					s.submit(t, typ, fmt.Sprintf(`{"tenant":"a","id":%d}`, i))
@@ -132,7 +132,7 @@ func TestReaperRepairsRoundsTheStreamLost(t *testing.T) {
 // them: when the workers come back, each round runs once, with all its data.
 func TestReaperLeavesQueuedJobsAlone(t *testing.T) {
 	t.Parallel()
-	s := newStackWith(t, testenv.NATS(t), testenv.SharedRedis(t).Client(t), nil, repairPolicies...)
+	s := newStackWith(t, testenv.NATS(t), testenv.SharedRedis(t).Client(t), jetStreamSchedules, repairPolicies...)
 	for _, typ := range repairTypes() {
 		for i := range 3 {
 			s.submit(t, typ, fmt.Sprintf(`{"tenant":"b","id":%d}`, i))
@@ -235,7 +235,7 @@ func TestReaperMarksPublishedRounds(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			prefix := testenv.Prefix(t)
-			s := newStackWith(t, testenv.NATS(t), rdb, func(c *debounce.Config) { c.Prefix = prefix }, repairPolicies...)
+			s := newStackWith(t, testenv.NATS(t), rdb, func(c *debounce.Config) { c.Prefix, c.Schedules = prefix, debounce.SchedulesJetStream }, repairPolicies...)
 			for _, typ := range repairTypes() {
 				for i := range 2 {
 					s.submit(t, typ, fmt.Sprintf(`{"tenant":"m","id":%d}`, i))
@@ -281,3 +281,8 @@ func TestReaperMarksPublishedRounds(t *testing.T) {
 		})
 	}
 }
+
+// jetStreamSchedules gives rounds a JetStream schedule each: the reaper's
+// repairs of lost schedules and jobs are about them (a round held in Redis
+// is forwarded when due: debounce's deferred tests).
+func jetStreamSchedules(c *debounce.Config) { c.Schedules = debounce.SchedulesJetStream }

@@ -150,6 +150,13 @@ type Config struct {
 	// Guards turns on the run-once guard per job type.
 	Guards map[string]GuardConfig
 
+	// NoForwarder: Run does not publish, as they come due, the jobs of
+	// rounds the producers held in Redis (debounce.SchedulesRedis, the
+	// default on a single-node Redis). By default it does, with Publisher,
+	// for every type its Coalescer defers: wherever jobs run, rounds are
+	// forwarded (debounce.Forwarder).
+	NoForwarder bool
+
 	Logger *slog.Logger // nil discards
 	Hooks  Hooks
 	Now    func() time.Time // time.Now
@@ -293,6 +300,14 @@ func (w *Worker) Run(ctx context.Context, h Handler) error {
 	// Handlers get a context that outlives ctx by the shutdown timeout.
 	jobCtx, cancelJobs := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelJobs()
+	if !w.cfg.NoForwarder && w.cfg.Publisher != nil && w.cfg.Coalescer.Defers() {
+		forwarded := make(chan struct{})
+		defer func() { <-forwarded }()
+		go func() {
+			defer close(forwarded)
+			_ = w.cfg.Coalescer.NewForwarder(w.cfg.Publisher).Run(ctx)
+		}()
+	}
 
 	sem := make(chan struct{}, w.cfg.Concurrency)
 	var running sync.WaitGroup

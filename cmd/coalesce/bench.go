@@ -22,7 +22,7 @@ import (
 	"github.com/coalesce-io/coalesce/publisher"
 )
 
-const benchSynopsis = `bench [--events N --keys K --concurrency C --mode M --window D --payload P --pending N] [--redis URL --nats URL | --config FILE] [--http URL [--batch N]]
+const benchSynopsis = `bench [--events N --keys K --concurrency C --mode M --window D --payload P --pending N] [--schedules S --nats-pid PID --drain] [--redis URL --nats URL | --config FILE] [--http URL [--batch N]]
 
 A load generator: N events over K keys ("tenant-<i mod K>"), C in flight,
 through the library (a Coalescer on the Redis and NATS given, publishing
@@ -35,7 +35,11 @@ cpu) and Redis bytes per round (INFO memory) — give it a Redis of its own.
 
 With no servers given it uses in-process NATS and Redis (miniredis: no CPU
 or memory figures). Modes: debounce, extend, dedup, throttle; payloads:
-first, last, accumulate.`
+first, last, accumulate. --schedules redis|jetstream chooses where debounce
+rounds wait (default: the configuration's, auto); --nats-pid PID adds the
+nats-server's CPU per event; --drain then waits until every round's job is
+published (with a short --window: rounds held in Redis are forwarded when
+due) and reports how long that took.`
 
 func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", benchSynopsis, stderr)
@@ -55,6 +59,9 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	idemKeys := fs.Bool("idempotency-keys", false, "give every event an idempotency key (a fresh one each), as the clients do")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured run to this file (go tool pprof)")
 	pending := fs.Int("pending", 0, "library: open this many rounds of other keys first (as another producer), so the measured run meets a store holding them")
+	schedules := fs.String("schedules", "", "library: where debounce rounds wait: auto (the configuration's, default), redis or jetstream")
+	natsPID := fs.Int("nats-pid", 0, "the nats-server's process id: report its CPU per event")
+	drain := fs.Bool("drain", false, "library: after the run, wait until every round's job is published (use a short --window) and report how long it took")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -199,6 +206,11 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		dcfg := debounce.Config{Redis: conns.Redis, Publisher: pub, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix}
 		cfg.Local.Apply(&dcfg)
 		cfg.Redis.Replicas.Apply(&dcfg)
+		cfg.Redis.ApplySchedules(&dcfg)
+		if *schedules != "" && *schedules != "auto" {
+			dcfg.Schedules = debounce.Schedules(*schedules)
+		}
+		cfg.Redis.ApplySchedules(&dcfg)
 		co, err = debounce.New(dcfg)
 		if err != nil {
 			return err
@@ -222,6 +234,10 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		rdb = conns.Redis
 		res.Via = "library"
+		res.Schedules = string(debounce.SchedulesJetStream)
+		if co.HoldsInRedis(ctx, *jobType) {
+			res.Schedules = string(debounce.SchedulesRedis)
+		}
 		argsOf := func(i int) json.RawMessage {
 			return fmt.Appendf(nil, `{"tenant_id":"tenant-%d","seq":%d}`, i%*keys, i)
 		}
@@ -243,9 +259,14 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 
 	first, err := loadgen.Run(ctx, loadgen.Load{Events: *events, Batch: *batch, Concurrency: *conc, Submit: submit,
 		Keys: *keys, Opened: &opened, Published: &published, Redis: rdb, Opens: opens,
-		Allocs: res.Via == "library", CPUProfile: *cpuProfile}, &res)
+		Allocs: res.Via == "library", CPUProfile: *cpuProfile, NATSPid: *natsPID}, &res)
 	if err != nil {
 		return err
+	}
+	if *drain && co != nil {
+		if err := benchDrain(ctx, rdb, *natsPID, *window, &opened, &published, &res); err != nil {
+			return err
+		}
 	}
 	if co != nil {
 		// Stopped (SIGTERM) or not, what was answered is flushed and told.
@@ -314,4 +335,41 @@ func purgeBenchStream(ctx context.Context, conns *daemon.Conns, stream string) e
 		return err
 	}
 	return s.Purge(ctx)
+}
+
+// benchDrain waits until a job was published for every round the run
+// opened (rounds held in Redis are forwarded as they come due) and records
+// how long that took, the forwarding rate from the first due time, and the
+// nats-server's and Redis's CPU per job meanwhile.
+func benchDrain(ctx context.Context, rdb redis.UniversalClient, natsPID int, window time.Duration, opened, published *atomic.Int64, res *loadgen.Result) error {
+	start := time.Now()
+	nats0, natsOK := loadgen.PIDCPU(natsPID)
+	redis0, _, redisOK := loadgen.RedisUsage(ctx, rdb)
+	pub0 := published.Load()
+	deadline := start.Add(window + 10*time.Minute)
+	for published.Load() < opened.Load() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: --drain: %d of %d rounds' jobs published after %v", published.Load(), opened.Load(), time.Since(start).Round(time.Second))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(start)
+	d := loadgen.Round(took.Seconds(), 3)
+	res.DrainS = &d
+	jobs := float64(published.Load() - pub0)
+	if span := res.Seconds + took.Seconds() - window.Seconds(); span > 0 && jobs > 0 {
+		rate := loadgen.Round(float64(opened.Load())/span, 0)
+		res.ForwardedPerS = &rate
+	}
+	if jobs > 0 {
+		if nats1, ok := loadgen.PIDCPU(natsPID); ok && natsOK && natsPID > 0 {
+			v := loadgen.Round(float64((nats1-nats0).Microseconds())/jobs, 2)
+			res.DrainNATSCPUusJob = &v
+		}
+		if redis1, _, ok := loadgen.RedisUsage(ctx, rdb); ok && redisOK {
+			v := loadgen.Round((redis1-redis0)*1e6/jobs, 2)
+			res.DrainRedisCPUusJob = &v
+		}
+	}
+	return nil
 }

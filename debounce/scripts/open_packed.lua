@@ -8,7 +8,9 @@
 -- encodeSeen): the greatest over the events, so the latest event.
 --
 -- KEYS[1] -> round key
--- KEYS[2] -> throttle window key (only for throttle; shares KEYS[1]'s hash tag)
+-- KEYS[2] -> throttle window key (only for throttle; shares KEYS[1]'s hash tag),
+--            or, with three keys, the type's due list (deferred.go)
+-- KEYS[3] -> with a due list: the round's identity key (the round key and "j")
 -- ARGV[1] -> value to open the round with (count 1, not published, seen 0)
 -- ARGV[2] -> round expiry, unix ms (ignored for a trailing round: window end + ARGV[8])
 -- ARGV[3] -> now, unix ms
@@ -19,6 +21,11 @@
 --            is also the window's lifetime
 -- ARGV[7] -> throttle: "1" to gather dropped events into a trailing round
 -- ARGV[8] -> throttle: how long a trailing round outlives its window, ms
+-- With a due list (a debounce round held in Redis until due, deferred.go),
+-- ARGV[5] and ARGV[6] are instead:
+-- ARGV[5] -> the round's due time, unix ms: its score in the due list
+-- ARGV[6] -> the round's identity (identity.go, JSON), kept in KEYS[3] for
+--            the forwarder that publishes its job (and for the reaper)
 -- Returns {status, value, expiry}:
 --   status OPENED: opened KEYS[1]; JOINED: joined KEYS[1];
 --          LEADING: leading edge, opened the window (value/expiry of KEYS[2]);
@@ -34,6 +41,8 @@ local MAXCNT = 4194303 -- 22 bits
 local open_value, now, lifetime = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
 local expiry = tonumber(ARGV[2]) -- reassigned for a trailing round
 local window_value, window_ms, trailing, trailing_ms = ARGV[5], ARGV[6], ARGV[7] == '1', ARGV[8]
+local due_ms, identity = ARGV[5], ARGV[6] -- with a due list, instead
+local deferred = #KEYS == 3
 
 -- seen encodes ms >= 0 as a 16-bit float: exact below 4096, then 11 bits
 -- of mantissa under a 5-bit exponent (layout.go, encodeSeen).
@@ -77,7 +86,7 @@ end
 
 -- Inside a script nothing interleaves, so GET then SET is as atomic as SET
 -- NX, and the common case (the round exists: join it) costs no failed SET.
-if KEYS[2] then
+if KEYS[2] and not deferred then
   local wraw = redis.call('GET', KEYS[2])
   local window = tonumber(window_ms)
   if not wraw then
@@ -103,7 +112,15 @@ end
 
 local raw = redis.call('GET', KEYS[1])
 if not raw then
-  return {OPENED, open(KEYS[1], open_value, expiry, lifetime), expiry}
+  local v = open(KEYS[1], open_value, expiry, lifetime)
+  if deferred then
+    -- The forwarder publishes its job when due; the caller opened it
+    -- published (joiners have nothing to publish).
+    redis.call('ZADD', KEYS[2], due_ms, KEYS[1])
+    redis.call('HSET', KEYS[3], 'j', identity, 'r', 0)
+    redis.call('PEXPIREAT', KEYS[3], expiry)
+  end
+  return {OPENED, v, expiry}
 end
 local exp = redis.call('PEXPIRETIME', KEYS[1])
 return {JOINED, join(KEYS[1], raw, exp, lifetime), exp}

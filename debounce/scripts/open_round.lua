@@ -8,10 +8,14 @@
 -- job again if the stream loses it (identity.go): k the round key (32 bytes)
 -- then the job type, g the fingerprint (32 bytes) when it differs from the
 -- key, o the opening event's args (not with payload last: a is the args).
--- Each is short enough for the hash to stay a listpack.
+-- Each is short enough for the hash to stay a listpack. A round held in
+-- Redis until due (deferred.go) also has q 1 (it is in its type's due list,
+-- published by a forwarder), tp its opening event's traceparent and x its
+-- exclusive key's lease in ms, if any.
 --
 -- KEYS[1] -> round key (hash)
--- KEYS[2] -> throttle window key (only for throttle with trailing)
+-- KEYS[2] -> throttle window key (only for throttle with trailing), or, for
+--            debounce, the type's due list (deferred.go)
 -- ARGV[1] -> token for a new round (decimal)
 -- ARGV[2] -> now, unix ms
 -- ARGV[3] -> expiry of a new round, unix ms (trailing: window end + ARGV[15])
@@ -23,18 +27,25 @@
 -- ARGV[9] -> max items (accumulate)
 -- ARGV[10] -> identity: field k (round key bytes, then the job type)
 -- ARGV[11] -> identity: field g, "" when the fingerprint is the key
--- ARGV[12] -> identity: field o, "" with payload last
--- ARGV[13] -> throttle: value to open the window with (packed layout)
+-- ARGV[12] -> identity: field o, "" with payload last (unless deferred)
+-- ARGV[13] -> throttle: value to open the window with (packed layout);
+--             debounce: "due" to open a new round deferred (in the due
+--             list, published by a forwarder when due); "list" to open it
+--             with a JetStream schedule while a round held earlier that
+--             this event fills goes to now in the due list (KEYS[2])
 -- ARGV[14] -> throttle: window length, ms (timed here, from the moment the
---             window opens)
--- ARGV[15] -> throttle: how long the trailing round outlives its window, ms
+--             window opens); deferred: the opening event's traceparent
+-- ARGV[15] -> throttle: how long the trailing round outlives its window, ms;
+--             deferred: an exclusive key's lease, ms ("0": not exclusive)
 -- Returns {status, token, count, first, due, published, fire, version}
 --   status OPENED, JOINED, EXTENDED (joined and pushed the due time later);
 --   for throttle LEADING (window opened; THROTTLED is unused here: trailing
 --   always gathers); for LEADING the reply is {LEADING, window value,
 --   window expiry}.
 --   fire 1: this event filled the round to max items; due is now and the
---   version was incremented: publish the schedule again with it.
+--   version was incremented: publish the schedule again with it. A deferred
+--   round is filled by moving it to now in the due list instead (fire 0,
+--   due now): the forwarder publishes it.
 
 -- Statuses: one code per meaning in both scripts that open rounds (Go: the
 -- status* constants in submit.go; TestScriptStatuses checks them).
@@ -48,14 +59,19 @@ local extend_ms, max_wait_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 local payload, data, max_items = ARGV[7], ARGV[8], tonumber(ARGV[9])
 local id_key, id_fingerprint, id_args = ARGV[10], ARGV[11], ARGV[12]
 local window_value, window_ms, trailing_ms = ARGV[13], ARGV[14], ARGV[15]
+local deferred = window_value == 'due'
+local trace, lease = ARGV[14], ARGV[15]
+local throttle = KEYS[2] ~= nil and not deferred and window_value ~= 'list'
+local due_list = nil
+if KEYS[2] and not throttle then due_list = KEYS[2] end
 
 -- A window whose trailing round (KEYS[1]) is still pending stays closed
 -- until that round's job starts (open_packed.lua): the event joins it.
-if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', key) == 0 then
+if throttle and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', key) == 0 then
   redis.call('SET', KEYS[2], window_value, 'PX', window_ms)
   return {LEADING, tonumber(window_value), redis.call('PEXPIRETIME', KEYS[2])}
 end
-if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
+if throttle and redis.call('EXISTS', KEYS[2]) == 1 then
   -- Count the event in the window value (see open_packed.lua's join): the
   -- count and the latest event's time after the window's start, encoded as
   -- open_packed.lua's seen.
@@ -89,32 +105,44 @@ local function add_item()
   return -1
 end
 
-if redis.call('EXISTS', key) == 0 then
-  redis.call('HSET', key, 't', token, 'n', 1, 'f', now, 'l', now, 'd', due, 'p', 0, 'v', 0, 'k', id_key)
-  if id_fingerprint ~= '' then redis.call('HSET', key, 'g', id_fingerprint) end
-  if id_args ~= '' then redis.call('HSET', key, 'o', id_args) end
-  if payload == 'last' then
-    redis.call('HSET', key, 'a', data)
+-- One HMGET tells a new key (no token) from a round to join, and gives
+-- what the reply needs.
+local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v')
+if not f[1] then
+  local published, fire = 0, 0
+  if deferred then published = 1 end
+  local h = {'t', token, 'n', 1, 'f', now, 'l', now, 'd', due, 'p', published, 'v', 0, 'k', id_key}
+  if id_fingerprint ~= '' then h[#h + 1], h[#h + 2] = 'g', id_fingerprint end
+  if id_args ~= '' then h[#h + 1], h[#h + 2] = 'o', id_args end
+  if payload == 'last' then h[#h + 1], h[#h + 2] = 'a', data end
+  if payload == 'accumulate' then h[#h + 1], h[#h + 2] = 'm', 0 end
+  if deferred then
+    h[#h + 1], h[#h + 2] = 'q', 1
+    if trace ~= '' then h[#h + 1], h[#h + 2] = 'tp', trace end
+    if lease ~= '0' then h[#h + 1], h[#h + 2] = 'x', lease end
   end
-  local fire = 0
-  if payload == 'accumulate' then
-    redis.call('HSET', key, 'm', 0)
-    if add_item() >= max_items then
-      fire = 1
-      due = now
-      redis.call('HSET', key, 'd', due)
-    end
+  redis.call('HSET', key, unpack(h))
+  if payload == 'accumulate' and add_item() >= max_items then
+    fire = 1
+    due = now
+    redis.call('HSET', key, 'd', due)
+  end
+  if deferred then
+    -- Held here until due: the forwarder publishes its job (a filled one
+    -- at once: its due time is now).
+    redis.call('ZADD', due_list, due, key)
+    fire = 0
   end
   redis.call('PEXPIREAT', key, expiry)
-  return {OPENED, token, 1, now, due, 0, fire, 0}
+  return {OPENED, token, 1, now, due, published, fire, 0}
 end
 
-local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v')
 local first, d, version = tonumber(f[2]), tonumber(f[3]), tonumber(f[5])
 local n = redis.call('HINCRBY', key, 'n', 1)
-redis.call('HSET', key, 'l', now)
 if payload == 'last' then
-  redis.call('HSET', key, 'a', data)
+  redis.call('HSET', key, 'l', now, 'a', data)
+else
+  redis.call('HSET', key, 'l', now)
 end
 local status, fire = JOINED, 0
 if extend_ms > 0 then
@@ -128,9 +156,14 @@ if extend_ms > 0 then
   end
 end
 if payload == 'accumulate' and add_item() == max_items then
-  fire = 1
   d = now
-  version = redis.call('HINCRBY', key, 'v', 1)
   redis.call('HSET', key, 'd', d)
+  if due_list and redis.call('HGET', key, 'q') == '1' then
+    -- Held in the due list: due now, the forwarder publishes it.
+    redis.call('ZADD', due_list, d, key)
+  else
+    fire = 1
+    version = redis.call('HINCRBY', key, 'v', 1)
+  end
 end
 return {status, f[1], n, first, d, tonumber(f[4]), fire, version}

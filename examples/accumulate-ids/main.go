@@ -265,8 +265,10 @@ func (c *collector) check(s started, tenant, first, last, events int, full bool)
 		ids = append(ids, id)
 	}
 	slices.Sort(ids) // items come sorted by their JSON text: "10" before "9"
-	// A full round is published again (version 1), due when it filled.
-	fired := job.Version > 0 && job.DueAt.Before(job.OpenedAt.Add(window))
+	// A full round is due when it filled, before its window's end (a round
+	// held in Redis is then forwarded at once; one with a JetStream schedule
+	// is published again, as version 1).
+	fired := job.DueAt.Before(job.OpenedAt.Add(window))
 	why := "the window ended"
 	if fired {
 		why = fmt.Sprintf("fired when it reached %d products", maxItems)

@@ -601,7 +601,7 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 			kills = append(kills, Kill{Producer: i, At: at})
 		}
 	}
-	res := Check(Input{Events: events, Starts: e.starts, RedisLoss: e.redisLoss, SnapshotLoss: e.snapshotLoss, ClockSlack: slack,
+	res := Check(Input{Events: events, Starts: e.starts, RedisLoss: e.redisLoss, HeldInRedis: e.heldInRedis, SnapshotLoss: e.snapshotLoss, ClockSlack: slack,
 		Resubmitted: resubmitted, ProducerKills: kills, FailoverLoss: e.failoverLoss, AckedFailovers: e.ackedFailovers, AOFLoss: e.aofLoss,
 		LocalTypes: map[string]bool{"fixed": true, "excl": true},
 		Throttle:   map[string]time.Duration{"throttle": throttleWindow},
@@ -609,7 +609,7 @@ func runScenario(t *testing.T, bins binaries, sc scenario, long bool, target int
 	if err := writeEvents(filepath.Join(e.dir, "events.jsonl"), events); err != nil {
 		t.Logf("write events: %v", err)
 	}
-	if err := writeMeta(filepath.Join(e.dir, "meta.json"), meta{Scenario: sc.name, RedisLoss: e.redisLoss,
+	if err := writeMeta(filepath.Join(e.dir, "meta.json"), meta{Scenario: sc.name, RedisLoss: e.redisLoss, HeldInRedis: e.heldInRedis,
 		SnapshotLoss: e.snapshotLoss, AOFLoss: e.aofLoss, ClockSlack: slack, Throttle: throttleWindow, Faults: e.faults}); err != nil {
 		t.Logf("write meta: %v", err)
 	}

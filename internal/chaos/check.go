@@ -22,6 +22,11 @@ type Input struct {
 	// RedisLoss: each Redis restart (killed at From, answering again at To);
 	// every reservation was lost.
 	RedisLoss []Interval
+	// HeldInRedis: debounce rounds were held in Redis until due (schedules:
+	// redis): such a round's job lived only in Redis until a forwarder
+	// published it, so a Redis restart without its data before then loses
+	// the job, not only its data (documented).
+	HeldInRedis bool
 	// Throttle: the window of each throttle policy, by job type.
 	Throttle map[string]time.Duration
 	// Accumulate and Last name the job types whose payload is accumulate
@@ -269,9 +274,18 @@ func Check(in Input) Result {
 	rounds := map[string]*round{}
 	var bypassRounds []*round
 	var windows []window
-	perToken := map[string]int{}   // by round id
-	sentIn := map[string][]int64{} // by round id: when its accepted events were sent
-	lostRounds := map[string]int{} // lost events by round id
+	perToken := map[string]int{}    // by round id
+	sentIn := map[string][]int64{}  // by round id: when its accepted events were sent
+	lostRounds := map[string]int{}  // lost events by round id
+	firstSent := map[string]int64{} // the first accepted event of each round, when sent
+	for i := range in.Events {
+		if e := &in.Events[i]; e.Accepted() && e.Round != "" {
+			rid := roundID(e.Type, e.Key, e.Round)
+			if at, ok := firstSent[rid]; !ok || e.Sent < at {
+				firstSent[rid] = e.Sent
+			}
+		}
+	}
 	for i := range in.Events {
 		e := &in.Events[i]
 		r.Sent++
@@ -338,6 +352,10 @@ func Check(in Input) Result {
 		}
 		if !covered && aofCause(e.Sent, e.Done, in) != "" {
 			r.LostExplained[CauseAOFPostponed]++
+			covered = true
+		}
+		if cause := heldLossCause(e, firstSent[rid], in); !covered && len(ss) == 0 && cause != "" {
+			r.LostExplained[cause]++
 			covered = true
 		}
 		if !covered {

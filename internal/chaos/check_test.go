@@ -75,6 +75,42 @@ func TestCheck(t *testing.T) {
 			in.Starts[0].At, in.Starts[0].Release = t0+4*sec, "stale_token"
 			in.RedisLoss = []Interval{{From: t0 + sec, To: t0 + sec + sec/10}}
 		}, 0, 1, 0, 0},
+		{"round held in Redis, Redis restarted empty before it was due: still lost without HeldInRedis", func(in *Input) {
+			in.Starts = in.Starts[1:]
+			in.Events[0].DueAt, in.Events[1].DueAt = t0/1e6+1000, t0/1e6+1000
+			in.RedisLoss = []Interval{{From: t0 + sec/2, To: t0 + sec/2 + 1}}
+		}, 2, 1, 0, 0},
+		{"round held in Redis, Redis restarted empty before it was due: explained", func(in *Input) {
+			in.Starts = in.Starts[1:]
+			in.Events[0].DueAt, in.Events[1].DueAt = t0/1e6+1000, t0/1e6+1000
+			in.RedisLoss = []Interval{{From: t0 + sec/2, To: t0 + sec/2 + 1}}
+			in.HeldInRedis = true
+		}, 0, 1, 0, 0},
+		{"round held in Redis, restarted empty while it was open: a later local join's loss explained", func(in *Input) {
+			in.Starts = in.Starts[1:]
+			in.Events[0].DueAt, in.Events[1].DueAt = t0/1e6+1000, t0/1e6+1000
+			in.Events[1].Sent = t0 + sec/2 + sec/10 // after the restart: answered locally
+			in.RedisLoss = []Interval{{From: t0 + sec/4, To: t0 + sec/2}}
+			in.HeldInRedis = true
+		}, 0, 1, 0, 0},
+		{"round held in Redis, opened while the replica lagged, failover without acks: explained", func(in *Input) {
+			in.Starts = in.Starts[1:]
+			in.Events[0].DueAt, in.Events[1].DueAt = t0/1e6+1000, t0/1e6+1000
+			in.FailoverLoss = []Interval{{From: t0 - sec/2, To: t0 + sec/2}}
+			in.HeldInRedis = true
+		}, 0, 1, 0, 0},
+		{"round held in Redis, opened before the replica lagged, failover without acks: lost", func(in *Input) {
+			in.Starts = in.Starts[1:]
+			in.Events[0].DueAt, in.Events[1].DueAt = t0/1e6+1000, t0/1e6+1000
+			in.FailoverLoss = []Interval{{From: t0 + sec/10, To: t0 + sec/2}}
+			in.HeldInRedis = true
+		}, 1, 1, 0, 0}, // the opening: the replica had it; the join sent in the interval is explained as before
+		{"round held in Redis, Redis restarted long after it was due: lost", func(in *Input) {
+			in.Starts = in.Starts[1:]
+			in.Events[0].DueAt, in.Events[1].DueAt = t0/1e6+1000, t0/1e6+1000
+			in.RedisLoss = []Interval{{From: t0 + 60*sec, To: t0 + 60*sec + 1}}
+			in.HeldInRedis = true
+		}, 2, 1, 0, 0},
 		{"throttle windows overlapping", func(in *Input) {
 			in.Throttle = map[string]time.Duration{"throttle": 2 * time.Second}
 			w1 := uint64(t0/1e6+2000)<<14 | 5

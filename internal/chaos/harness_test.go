@@ -403,6 +403,7 @@ type env struct {
 	mu           sync.Mutex
 	redisLoss    []Interval
 	aofLoss      []Interval // kills of an everysec redis-server holding answered writes outside its AOF
+	heldInRedis  bool       // every debounce round held in Redis (COALESCE_CHAOS_SCHEDULES=redis)
 	snapshotLoss []Interval // embedded daemon SIGKILLs: the interval its snapshot may lack
 	faults       []string   // what the fault program did, for the log
 
@@ -475,7 +476,22 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 		e.nats = testenv.NATSProcess(t)
 		redisAddr, natsAddr = e.redis.Addr, strings.TrimPrefix(e.nats.URL, "nats://")
 	}
-	if err := os.WriteFile(cfg, []byte(redisYAML+policyYAML(sc)), 0o644); err != nil {
+	// COALESCE_CHAOS_SCHEDULES=redis holds every debounce round in Redis
+	// until due (not the default): the path of rounds published by
+	// forwarders, in every scenario but the Cluster's and the embedded
+	// store's (no sorted sets: refused at start). Without it every round
+	// gets a JetStream schedule (auto).
+	schedYAML := ""
+	e.heldInRedis = false
+	if s := os.Getenv("COALESCE_CHAOS_SCHEDULES"); s != "" && !sc.redisCluster && !sc.embedded {
+		e.heldInRedis = s == string(debounce.SchedulesRedis)
+		if redisYAML != "" {
+			redisYAML += "  schedules: " + s + "\n"
+		} else {
+			schedYAML = "redis:\n  schedules: " + s + "\n"
+		}
+	}
+	if err := os.WriteFile(cfg, []byte(redisYAML+schedYAML+policyYAML(sc)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	e.natsURL = cmp.Or(natsDirect, "nats://"+natsAddr)
@@ -743,9 +759,18 @@ func (e *env) quiesce(events []EventRecord, limit time.Duration) (waited time.Du
 	start := time.Now()
 	need := map[string]int64{} // round (type/key/token) -> latest send of an event in it
 	e.mu.Lock()
-	killed := Input{SnapshotLoss: e.snapshotLoss, FailoverLoss: e.failoverLoss, AOFLoss: e.aofLoss}
+	killed := Input{SnapshotLoss: e.snapshotLoss, FailoverLoss: e.failoverLoss, AOFLoss: e.aofLoss, RedisLoss: e.redisLoss, HeldInRedis: e.heldInRedis}
 	e.mu.Unlock()
 	needEID := map[string]int64{}
+	opened := map[string]int64{} // round -> its first accepted event's send
+	for i := range events {
+		if ev := &events[i]; ev.Accepted() && ev.Round != "" {
+			rid := roundID(ev.Type, ev.Key, ev.Round)
+			if at, ok := opened[rid]; !ok || ev.Sent < at {
+				opened[rid] = ev.Sent
+			}
+		}
+	}
 	for i := range events {
 		ev := &events[i]
 		if !ev.Accepted() || ev.Outcome == "throttled" {
@@ -762,6 +787,11 @@ func (e *env) quiesce(events []EventRecord, limit time.Duration) (waited time.Du
 			continue
 		}
 		rid := roundID(ev.Type, ev.Key, ev.Round)
+		if heldLossCause(ev, opened[rid], killed) != "" {
+			// Held in Redis and lost with it (a restart without its data,
+			// a failover without acks): it may never start (explained).
+			continue
+		}
 		need[rid] = max(need[rid], ev.Sent)
 	}
 	latest := map[string]int64{}

@@ -56,6 +56,44 @@ func failoverCause(sent, done int64, in Input) string {
 	return ""
 }
 
+// heldLossCause is CauseRedisLoss (CauseFailover, CauseAOFPostponed) when
+// a debounce round held in Redis (its job not yet published) was open when
+// Redis restarted without its data (or failed over without replica acks,
+// or was killed with answered writes outside its AOF, below): a
+// restart that ends after the round's first event was sent (opened: the
+// kill may land after its write) and begins before the round's due time,
+// or the later one an extension (max_wait 4 s here) and the forward give
+// it. Its events answered locally after the restart are lost with it (their
+// flush submits them again, into the key's next round).
+func heldLossCause(e *EventRecord, opened int64, in Input) string {
+	if !in.HeldInRedis || e.DueAt == 0 {
+		return ""
+	}
+	for _, l := range in.RedisLoss {
+		if l.To >= opened && l.From <= (e.DueAt+5000)*1e6 { // extended (max_wait 4s) and forwarded
+			return CauseRedisLoss
+		}
+	}
+	for _, l := range in.FailoverLoss {
+		// Without replica acks: opened while the replica lagged (the loss
+		// interval), and not forwarded before it began: the promoted
+		// replica never had the round, and so no forwarder publishes it.
+		// Its later events (answered locally, or joined on the old
+		// primary) go with it.
+		if opened >= l.From && opened <= l.To && l.From <= (e.DueAt+5000)*1e6 {
+			return CauseFailover
+		}
+	}
+	for _, l := range in.AOFLoss {
+		// An everysec Redis killed while answered writes were outside its
+		// AOF: an opening answered then came back without its round.
+		if opened >= l.From && opened <= l.To && l.From <= (e.DueAt+5000)*1e6 {
+			return CauseAOFPostponed
+		}
+	}
+	return ""
+}
+
 // snapshotCause is CauseSnapshot when a change requested over [sent, done]
 // may have been applied inside one of in.SnapshotLoss: after the snapshot a
 // killed embedded daemon left was taken, before the kill. A change answered

@@ -24,6 +24,9 @@ type meta struct {
 	ClockSlack time.Duration `json:"clock_slack,omitempty"`
 	Throttle   time.Duration `json:"throttle_window"`
 	Faults     []string      `json:"faults"`
+	// HeldInRedis: debounce rounds were held in Redis until due
+	// (COALESCE_CHAOS_SCHEDULES=redis).
+	HeldInRedis bool `json:"held_in_redis,omitempty"`
 }
 
 func writeMeta(path string, m meta) error {
@@ -60,7 +63,8 @@ func TestRecheck(t *testing.T) {
 			for _, f := range files {
 				starts = append(starts, readJSONL[JobStart](t, f)...)
 			}
-			res := Check(Input{Events: events, Starts: starts, RedisLoss: m.RedisLoss, SnapshotLoss: m.SnapshotLoss, AOFLoss: m.AOFLoss, ClockSlack: m.ClockSlack,
+			held := m.HeldInRedis || os.Getenv("COALESCE_CHAOS_SCHEDULES") == "redis" // logs kept before the field
+			res := Check(Input{Events: events, Starts: starts, RedisLoss: m.RedisLoss, SnapshotLoss: m.SnapshotLoss, AOFLoss: m.AOFLoss, ClockSlack: m.ClockSlack, HeldInRedis: held,
 				Throttle:   map[string]time.Duration{"throttle": m.Throttle},
 				Accumulate: map[string]bool{"accum": true}, Last: map[string]bool{"extend": true}})
 			t.Logf("sent %d accepted %d rounds %d starts %d lost %d dups %d %v fencing %d artifacts %d (max %v) collisions %d (lost events in them %d) nominal-window-overlaps %d born-expired %d",

@@ -499,6 +499,10 @@ func TestLoadRefuses(t *testing.T) {
 			nil, `FILE:3: redis.replicas.acks: "two" is not auto, off or a number of replicas from 1 to 16`},
 		{"replica acks timeout", "redis:\n  replicas:\n    timeout: 5s\n",
 			nil, `FILE:3: redis.replicas.timeout: 5s must be between 0 (the default, 500ms) and 2s (below the client's 3s read timeout)`},
+		{"bad schedules", "redis:\n  schedules: nats\n",
+			nil, `FILE:2: redis.schedules: "nats" is not auto, redis or jetstream`},
+		{"redis schedules on a cluster", "redis:\n  addrs: [127.0.0.1:7000, 127.0.0.1:7001]\n  schedules: redis\n",
+			nil, `FILE:3: redis.schedules: redis needs a single node or Sentinel: on a Cluster a type's due list cannot share a slot with its rounds; use auto or jetstream`},
 		{"replicas", "nats:\n  replicas: 7\n",
 			nil, `FILE:2: nats.replicas: 7 must be 1 to 5`},
 		{"bad mode", "policies:\n  recompute:\n    mode: sometimes\n",
@@ -931,7 +935,7 @@ func TestKnownKeysInOrder(t *testing.T) {
 		want    string
 	}{
 		{"", d.tagged(c), "redis, nats, http, embedded, policies, cron, worker, local_joins, outbox"},
-		{"redis", d.tagged(&c.Redis), "url, addrs, sentinel, username, password, db, tls, prefix, persistence, eviction, replicas"},
+		{"redis", d.tagged(&c.Redis), "url, addrs, sentinel, username, password, db, tls, prefix, persistence, eviction, replicas, schedules"},
 		{"redis.replicas", d.tagged(&c.Redis.Replicas), "acks, timeout"},
 		{"redis.sentinel", d.sentinelFields(&c.Redis), "master, addrs"},
 		{"tls", d.tagged(&c.Redis.TLS), "enabled, ca_file, cert_file, key_file, insecure_skip_verify"},

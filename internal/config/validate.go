@@ -106,6 +106,14 @@ func (d *decoder) validateRedis(c *Config) error {
 			return d.pathErr("redis.replicas.acks", nil, "%s is not %s, %s or a number of replicas from 1 to 16", quote(acks), ReplicasAuto, ReplicasOff)
 		}
 	}
+	switch r.Schedules {
+	case "", string(debounce.SchedulesRedis), string(debounce.SchedulesJetStream), "auto":
+	default:
+		return d.pathErr("redis.schedules", nil, "%s is not auto, redis or jetstream", quote(r.Schedules))
+	}
+	if r.Schedules == string(debounce.SchedulesRedis) && r.SentinelMaster == "" && len(r.Addrs) > 0 {
+		return d.pathErr("redis.schedules", nil, "redis needs a single node or Sentinel: on a Cluster a type's due list cannot share a slot with its rounds; use auto or jetstream")
+	}
 	if t := r.Replicas.Timeout; t < 0 || t > 2*time.Second {
 		return d.pathErr("redis.replicas.timeout", nil, "%v must be between 0 (the default, 500ms) and 2s (below the client's 3s read timeout)", t)
 	}

@@ -241,6 +241,9 @@ func connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 		return nil, err
 	}
 	redisURL, natsURLs := cfg.Redis.URL, cfg.NATS.URLs
+	if cfg.EmbeddedRedis() && cfg.Redis.Schedules == string(debounce.SchedulesRedis) {
+		return fail(errors.New("redis.schedules: redis needs a real Redis: the embedded store keeps no sorted sets (the due lists held rounds wait in); use auto or jetstream, or give a Redis with --redis"))
+	}
 	if cfg.UsesEmbedded() {
 		c.Embedded = cfg.EmbeddedRedis() // the Redis is in-process (its client and persistence differ)
 		if err := os.MkdirAll(cfg.Embedded.DataDir, 0o755); err != nil {
@@ -346,6 +349,7 @@ func connect(ctx context.Context, cfg *config.Config, log *slog.Logger, m *Metri
 	}
 	cfg.Local.Apply(&dcfg)
 	cfg.Redis.Replicas.Apply(&dcfg)
+	cfg.Redis.ApplySchedules(&dcfg)
 	if m != nil {
 		dcfg.Hooks = m.DebounceHooks()
 	}
@@ -557,6 +561,11 @@ func Run(ctx context.Context, o Options) error {
 		every = DefaultReapEvery
 	}
 	go reap(reapCtx, c.Coalescer, every, o.RepairAfter, m, log)
+	if c.Coalescer.Defers() {
+		// Rounds held in Redis until due: their jobs are published from
+		// here (and from every worker) as they come due.
+		go func() { _ = c.Coalescer.NewForwarder(c.Publisher).Run(reapCtx) }()
+	}
 	stopOutbox, err := StartOutbox(ctx, cfg, c, m, log)
 	if err != nil {
 		cr.Stop()

@@ -97,6 +97,7 @@ func StartOutbox(ctx context.Context, cfg *config.Config, c *Conns, m *Metrics, 
 		Prefix: cfg.Redis.Prefix, Logger: log}
 	cfg.Local.Apply(&dcfg)
 	cfg.Redis.Replicas.Apply(&dcfg)
+	cfg.Redis.ApplySchedules(&dcfg)
 	if m != nil {
 		dcfg.Hooks = m.DebounceHooks()
 	}

@@ -246,3 +246,13 @@ func TestBearerTokenEdges(t *testing.T) {
 		}
 	}
 }
+
+// Rounds held in Redis need sorted sets, which the embedded store refuses:
+// schedules: redis without a Redis is refused at start, naming the setting.
+func TestHeldRoundsNeedARealRedis(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{}
+	cfg.Redis.Schedules = "redis"
+	cfg.Embedded.DataDir = t.TempDir()
+	connectFails(t, cfg, "redis.schedules", "embedded store")
+}

@@ -47,7 +47,19 @@ type Result struct {
 	RedisCPUusPerEvent  *float64 `json:"redis_cpu_us_per_event"`
 	RedisBytesPerRound  *float64 `json:"redis_bytes_per_round"`
 	ClientCPUusPerEvent float64  `json:"client_cpu_us_per_event"`
-	AllocsPerEvent      float64  `json:"allocs_per_event"`
+	// NATSCPUusPerEvent: the nats-server process's CPU per event during the
+	// run (Load.NATSPid), and the schedules setting of the library run.
+	NATSCPUusPerEvent *float64 `json:"nats_cpu_us_per_event,omitempty"`
+	Schedules         string   `json:"schedules,omitempty"`
+	// Drain (--drain): after the run, how long until the jobs of every round
+	// opened were published (rounds held in Redis are forwarded when due),
+	// the rate that makes from the first due time, and the nats-server and
+	// Redis CPU per job meanwhile.
+	DrainS             *float64 `json:"drain_s,omitempty"`
+	ForwardedPerS      *float64 `json:"forwarded_per_s,omitempty"`
+	DrainNATSCPUusJob  *float64 `json:"drain_nats_cpu_us_per_job,omitempty"`
+	DrainRedisCPUusJob *float64 `json:"drain_redis_cpu_us_per_job,omitempty"`
+	AllocsPerEvent     float64  `json:"allocs_per_event"`
 	// Local joins (library only): events answered without a Redis call,
 	// the flushes that added them to their rounds (script calls, rounds
 	// carried, mean round trip) and events submitted again because their
@@ -93,6 +105,9 @@ type Load struct {
 	Allocs bool
 	// CPUProfile, when set, is the file a CPU profile of the run goes to.
 	CPUProfile string
+	// NATSPid, when set, is the nats-server's process id: its CPU per event
+	// is reported.
+	NATSPid int
 }
 
 // Run runs the load and fills in res's measured fields (the rest, such as
@@ -104,6 +119,7 @@ func Run(ctx context.Context, l Load, res *Result) (firstErr error, err error) {
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	cpuStart := processCPU()
+	natsStart, natsOK := PIDCPU(l.NATSPid)
 	requests := (l.Events + batch - 1) / batch
 	lat := make([]time.Duration, requests)
 	answered := make([]bool, requests) // false: not sent, or cut short by a stop
@@ -151,6 +167,10 @@ func Run(ctx context.Context, l Load, res *Result) (firstErr error, err error) {
 		pprof.StopCPUProfile()
 	}
 	cpuUsed := processCPU() - cpuStart
+	if natsEnd, ok := PIDCPU(l.NATSPid); ok && natsOK && l.NATSPid > 0 {
+		perEvent := Round(float64((natsEnd-natsStart).Microseconds())/float64(l.Events), 2)
+		res.NATSCPUusPerEvent = &perEvent
+	}
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
 
