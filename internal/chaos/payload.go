@@ -14,33 +14,45 @@ import (
 // an embedded daemon killed after the change may have been applied after its
 // last snapshot was taken.
 func lossCause(from, to, chSent, chDone int64, in Input) string {
-	for _, l := range in.RedisLoss {
-		if from < l.To && l.From < to {
-			return CauseRedisLoss
-		}
-	}
-	for _, l := range in.FailoverLoss {
+	switch {
+	case alive(from, to, in.RedisLoss):
+		return CauseRedisLoss
+	case alive(from, to, in.FailoverLoss):
 		// A round alive across a failover may have lost what was written
 		// to it in the loss interval (or been taken there, and come back).
-		if from < l.To && l.From < to {
-			return CauseFailover
-		}
-	}
-	for _, l := range in.AOFLoss {
-		if from < l.To && l.From < to {
-			return CauseAOFPostponed
-		}
+		return CauseFailover
+	case alive(from, to, in.AOFLoss):
+		return CauseAOFPostponed
 	}
 	return snapshotCause(chSent, chDone, in)
+}
+
+// alive reports whether [from, to] overlaps one of ivs.
+func alive(from, to int64, ivs []Interval) bool {
+	for _, l := range ivs {
+		if from < l.To && l.From < to {
+			return true
+		}
+	}
+	return false
+}
+
+// requestedIn reports whether a change requested over [sent, done] may
+// have been applied inside one of ivs.
+func requestedIn(sent, done int64, ivs []Interval) bool {
+	for _, l := range ivs {
+		if done >= l.From && sent < l.To {
+			return true
+		}
+	}
+	return false
 }
 
 // aofCause is CauseAOFPostponed when a change requested over [sent, done]
 // may have been answered inside one of in.AOFLoss.
 func aofCause(sent, done int64, in Input) string {
-	for _, l := range in.AOFLoss {
-		if done >= l.From && sent < l.To {
-			return CauseAOFPostponed
-		}
+	if requestedIn(sent, done, in.AOFLoss) {
+		return CauseAOFPostponed
 	}
 	return ""
 }
@@ -48,10 +60,8 @@ func aofCause(sent, done int64, in Input) string {
 // failoverCause is CauseFailover when a change requested over [sent, done]
 // may have been applied inside one of in.FailoverLoss.
 func failoverCause(sent, done int64, in Input) string {
-	for _, l := range in.FailoverLoss {
-		if done >= l.From && sent < l.To {
-			return CauseFailover
-		}
+	if requestedIn(sent, done, in.FailoverLoss) {
+		return CauseFailover
 	}
 	return ""
 }
@@ -99,10 +109,8 @@ func heldLossCause(e *EventRecord, opened int64, in Input) string {
 // killed embedded daemon left was taken, before the kill. A change answered
 // before the snapshot was taken is in it.
 func snapshotCause(sent, done int64, in Input) string {
-	for _, l := range in.SnapshotLoss {
-		if done >= l.From && sent < l.To {
-			return CauseSnapshot
-		}
+	if requestedIn(sent, done, in.SnapshotLoss) {
+		return CauseSnapshot
 	}
 	return ""
 }
