@@ -187,6 +187,11 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 			cfg.NATS.Stream, cfg.NATS.Prefix = "COALESCE_BENCH", "cobench"
 		}
 		cfg.Redis.Prefix = *prefix
+		if *schedules != "" {
+			// Checked by Connect as the file's redis.schedules would be
+			// (held rounds need a real Redis, not the embedded store).
+			cfg.Redis.Schedules = *schedules
+		}
 		m := daemon.NewMetrics(cfg.Types()...)
 		conns, err := daemon.Connect(ctx, cfg, nil, m, false)
 		if err != nil {
@@ -206,10 +211,6 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		dcfg := debounce.Config{Redis: conns.Redis, Publisher: pub, Policies: cfg.Policies, Prefix: cfg.Redis.Prefix}
 		cfg.Local.Apply(&dcfg)
 		cfg.Redis.Replicas.Apply(&dcfg)
-		cfg.Redis.ApplySchedules(&dcfg)
-		if *schedules != "" && *schedules != "auto" {
-			dcfg.Schedules = debounce.Schedules(*schedules)
-		}
 		cfg.Redis.ApplySchedules(&dcfg)
 		co, err = debounce.New(dcfg)
 		if err != nil {

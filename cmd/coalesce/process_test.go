@@ -369,6 +369,32 @@ func TestBenchCommand(t *testing.T) {
 	}
 }
 
+// TestBenchSchedulesFlag: --schedules chooses where the measured rounds
+// wait. It was set and then overwritten by the configuration's (auto), so
+// `bench --schedules redis` measured JetStream schedules while reporting
+// its flag taken (issue 25's reproduction command); without a real Redis
+// it bypassed the store instead of refusing.
+func TestBenchSchedulesFlag(t *testing.T) {
+	t.Parallel()
+	rs := testenv.NewRedis(t)
+	ns := testenv.NATS(t)
+	for _, want := range []string{"redis", "jetstream"} {
+		code, out, stderr := runBin(t, "", "bench", "--redis", rs.URL, "--nats", ns.URL, "--prefix", "sched-"+want+":",
+			"--events", "200", "--keys", "10", "--concurrency", "4", "--window", "1m", "--schedules", want)
+		var r loadgen.Result
+		if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
+			t.Fatalf("bench --schedules %s: exit %d, %v, stdout %q stderr %q", want, code, err, out, stderr)
+		}
+		if r.Schedules != want || r.RoundsOpened != 10 || r.Errors != 0 {
+			t.Errorf("bench --schedules %s: schedules %q, %d rounds opened, %d errors; want %q, 10, 0", want, r.Schedules, r.RoundsOpened, r.Errors, want)
+		}
+	}
+	code, _, stderr := runBin(t, "", "bench", "--events", "10", "--keys", "10", "--schedules", "redis")
+	if code == 0 || !strings.Contains(stderr, "schedules") || !strings.Contains(stderr, "real Redis") {
+		t.Errorf("bench --schedules redis on the embedded store: exit %d, %q; want a refusal naming the setting", code, stderr)
+	}
+}
+
 // TestVersion: coalesce version and --version name the build, the Go
 // version and the embedded nats-server's.
 func TestVersion(t *testing.T) {
