@@ -29,9 +29,17 @@ type call struct {
 	done chan struct{}
 }
 
+// evaler is a script (*redis.Script), or commands sent like one
+// (plainopen.go).
+type evaler interface {
+	EvalSha(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
+	Eval(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
+	Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
+}
+
 // scriptCall is one script call sent in a pipeline.
 type scriptCall struct {
-	script *redis.Script
+	script evaler
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
@@ -109,7 +117,7 @@ func newBatcher(c *Coalescer, pipelines int) *batcher {
 // replication doubt (replication.go). A call with no other under way goes
 // straight out on the caller's goroutine: a lone caller pays nothing for
 // batching.
-func (b *batcher) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+func (b *batcher) eval(ctx context.Context, script evaler, keys []string, args ...any) (*redis.Cmd, error) {
 	defer b.inflight.Add(-1)
 	if b.inflight.Add(1) == 1 {
 		if !b.c.repl.active(ctx) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -170,6 +171,10 @@ type Coalescer struct {
 	idemWindow  time.Duration
 	// sched: where debounce rounds wait (deferred.go).
 	sched *schedState
+	// plainRefused: the server refused the plain opening's commands
+	// (before Redis 7.0): openings go through open_packed.lua.
+	plainRefused atomic.Bool
+	plainOpened  atomic.Int64 // rounds opened by plain commands
 	fwd   forwardState
 }
 
@@ -196,6 +201,9 @@ type compiled struct {
 	// does is Coalescer.holdInRedis).
 	deferred bool
 	dueKey   string
+	// guess: whether its Redis-bound events mostly open rounds
+	// (plainopen.go).
+	guess *openGuess
 }
 
 // lifetime is how long a round lives from its base (its first event; for a
@@ -268,7 +276,7 @@ func New(cfg Config) (*Coalescer, error) {
 	}
 	switch {
 	case cfg.Pipelines == 0:
-		c.batch = newBatcher(c, DefaultPipelines)
+		c.batch = newBatcher(c, envPipelines())
 	case cfg.Pipelines > 0:
 		c.batch = newBatcher(c, cfg.Pipelines)
 	}
@@ -286,6 +294,7 @@ func New(cfg Config) (*Coalescer, error) {
 		cp.local = c.local != nil && cp.localEligible()
 		cp.deferred = deferredPolicy(cp, c.sched.may)
 		cp.dueKey = dueKey(c.prefix, cp.Type)
+		cp.guess = &openGuess{}
 		c.policies[cp.Type] = cp
 	}
 	return c, nil
@@ -435,4 +444,11 @@ func (c *Coalescer) Policies() []Policy {
 		out = append(out, p.Policy)
 	}
 	return out
+}
+
+func envPipelines() int {
+	if n, err := strconv.Atoi(os.Getenv("COALESCE_PIPELINES")); err == nil && n > 0 {
+		return n
+	}
+	return DefaultPipelines
 }

@@ -406,7 +406,7 @@ func (c *Coalescer) waitPipelined(ctx context.Context, node *redis.Client, calls
 // evalDoubt runs one script call (batched with others when batching is on)
 // and returns its reply and, with acks on, its doubt (a
 // *ReplicationError): the reply is the primary's all the same.
-func (c *Coalescer) evalDoubt(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+func (c *Coalescer) evalDoubt(ctx context.Context, s evaler, keys []string, args ...any) (*redis.Cmd, error) {
 	if c.batch != nil {
 		return c.batch.eval(ctx, s, keys, args...)
 	}
@@ -415,7 +415,7 @@ func (c *Coalescer) evalDoubt(ctx context.Context, s *redis.Script, keys []strin
 
 // runDoubt runs one script call on its own (not batched); with acks on, it
 // is followed by WAIT and its doubt returned.
-func (c *Coalescer) runDoubt(ctx context.Context, s *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+func (c *Coalescer) runDoubt(ctx context.Context, s evaler, keys []string, args ...any) (*redis.Cmd, error) {
 	if !c.repl.active(ctx) {
 		return s.Run(ctx, c.rdb, keys, args...), nil
 	}

@@ -51,11 +51,16 @@ var (
 	forwardTakeLua string
 	//go:embed scripts/forward_done.lua
 	forwardDoneLua string
+	//go:embed scripts/join_round.lua
+	joinRoundLua string
+	//go:embed scripts/join_tail.lua
+	joinTailLua string
 
 	openPackedScript    = redis.NewScript(openPackedLua)
 	releasePackedScript = redis.NewScript(releasePackedLua)
 	markPackedScript    = redis.NewScript(markPackedLua)
-	openRoundScript     = redis.NewScript(openRoundLua)
+	openRoundScript     = redis.NewScript(openRoundLua + joinTailLua)
+	joinRoundScript     = redis.NewScript(joinRoundLua + joinTailLua)
 	takeRoundScript     = redis.NewScript(takeRoundLua)
 	markRoundScript     = redis.NewScript(markRoundLua)
 	countStartScript    = redis.NewScript(countStartLua)

@@ -102,6 +102,8 @@ const (
 	statusLeading   = 2
 	statusThrottled = 3
 	statusExtended  = 4
+	// statusAbsent: join_round.lua found no round (nothing written).
+	statusAbsent = -1
 )
 
 // Prepared is an event checked and fingerprinted by Prepare, to submit with
@@ -459,6 +461,29 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 	var res []int64
 	var err, doubt error
 	var replayed bool
+	if hold && id == nil && !c.plainRefused.Load() && p.guess.opening() {
+		// Plain commands where the event most likely opens a round
+		// (plainopen.go); a join found this way goes on to the script.
+		cmd, doubt := c.evalDoubt(ctx, plainOpenPacked, keys, args[0], expiry, job.DueAt.UnixMilli(), args[5])
+		opened, err := plainOpenReply(cmd)
+		switch {
+		case err == nil && opened:
+			p.guess.seen(true)
+			c.plainOpened.Add(1)
+			r := reply{status: statusOpened, token: packedToken(expiry, rnd), count: 1, published: true, rkey: keys[0], doubt: doubt}
+			r.openedAt = msTime(expiry).Add(-p.lifetime())
+			r.due = r.openedAt.Add(p.Window)
+			return r, nil
+		case err == nil:
+			// A pending round this process did not know: joined below.
+		case isUnsupported(err):
+			if !c.plainRefused.Swap(true) {
+				c.log.InfoContext(ctx, "this Redis refuses SET NX GET or PEXPIREAT NX (Redis 7.0 has them): rounds held in Redis open through a script", "err", err)
+			}
+		default:
+			return reply{}, err
+		}
+	}
 	if id == nil {
 		var cmd *redis.Cmd
 		cmd, doubt = c.evalDoubt(ctx, openPackedScript, keys, args...)
@@ -473,6 +498,9 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 		return reply{}, fmt.Errorf("open_packed: unexpected reply %v", res)
 	}
 	v, exp := packed(res[1]), res[2]
+	if hold && id == nil {
+		p.guess.seen(res[0] == statusOpened)
+	}
 	r := reply{
 		status:    int(res[0]),
 		token:     packedToken(exp, v.rnd()),
@@ -517,11 +545,34 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 	case PayloadAccumulate:
 		data = item
 	}
+	keys := c.keys(p, key)
+	if id == nil && p.Mode == ModeDebounce && !p.guess.opening() {
+		// Most events of the type join: the join alone, without the
+		// opening's arguments; a key with no round is opened below.
+		jkeys := keys[:1]
+		if p.deferred {
+			jkeys = []string{keys[0], p.dueKey}
+		}
+		cmd, doubt := c.evalDoubt(ctx, joinRoundScript, jkeys, nowMs, p.extendArg, p.maxWaitArg, p.payloadArg, data, p.maxItemsArg)
+		res, err := cmd.Slice()
+		if err != nil {
+			return reply{}, err
+		}
+		ints, err := int64s(res)
+		switch {
+		case err != nil:
+			return reply{}, fmt.Errorf("join_round: %w", err)
+		case len(ints) == 8:
+			p.guess.seen(false)
+			return hashReply(ints, keys[0], doubt, false, ""), nil
+		case len(ints) != 1 || ints[0] != statusAbsent:
+			return reply{}, fmt.Errorf("join_round: unexpected reply %v", ints)
+		}
+	}
 	argv := make([]any, 0, 15)
 	argv = append(argv, strconv.FormatUint(uint64(token), 10), nowMs, now.Add(p.lifetime()).UnixMilli(), now.Add(p.Window).UnixMilli(),
 		p.extendArg, p.maxWaitArg, p.payloadArg, data, p.maxItemsArg)
 	argv = appendHashIdentity(argv, job, hold)
-	keys := c.keys(p, key)
 	switch {
 	case hold:
 		// Opened published and held in Redis until due (deferred.go);
@@ -571,6 +622,14 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 	if len(ints) != 8 {
 		return reply{}, fmt.Errorf("open_round: unexpected reply %v", ints)
 	}
+	if id == nil && p.Mode == ModeDebounce {
+		p.guess.seen(ints[0] == statusOpened)
+	}
+	return hashReply(ints, keys[0], doubt, replayed, idem), nil
+}
+
+// hashReply reads open_round.lua's (or join_round.lua's) reply of eight.
+func hashReply(ints []int64, rkey string, doubt error, replayed bool, idem string) reply {
 	return reply{
 		status:    int(ints[0]),
 		token:     Token(ints[1]),
@@ -580,11 +639,11 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 		published: ints[5] == 1,
 		fire:      ints[6] == 1,
 		version:   int(ints[7]),
-		rkey:      keys[0],
+		rkey:      rkey,
 		doubt:     doubt,
 		replayed:  replayed,
 		idem:      idem,
-	}, nil
+	}
 }
 
 func truncate(s string, n int) string {

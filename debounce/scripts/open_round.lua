@@ -137,33 +137,4 @@ if not f[1] then
   return {OPENED, token, 1, now, due, published, fire, 0}
 end
 
-local first, d, version = tonumber(f[2]), tonumber(f[3]), tonumber(f[5])
-local n = redis.call('HINCRBY', key, 'n', 1)
-if payload == 'last' then
-  redis.call('HSET', key, 'l', now, 'a', data)
-else
-  redis.call('HSET', key, 'l', now)
-end
-local status, fire = JOINED, 0
-if extend_ms > 0 then
-  local nd = now + extend_ms
-  local cap = first + max_wait_ms
-  if nd > cap then nd = cap end
-  if nd > d then
-    d = nd
-    status = EXTENDED
-    redis.call('HSET', key, 'd', d)
-  end
-end
-if payload == 'accumulate' and add_item() == max_items then
-  d = now
-  redis.call('HSET', key, 'd', d)
-  if due_list and redis.call('HGET', key, 'q') == '1' then
-    -- Held in the due list: due now, the forwarder publishes it.
-    redis.call('ZADD', due_list, d, key)
-  else
-    fire = 1
-    version = redis.call('HINCRBY', key, 'v', 1)
-  end
-end
-return {status, f[1], n, first, d, tonumber(f[4]), fire, version}
+-- The join (scripts/join_tail.lua, appended to this script by scripts.go).
