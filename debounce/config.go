@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -175,7 +174,7 @@ type Coalescer struct {
 	// (before Redis 7.0): openings go through open_packed.lua.
 	plainRefused atomic.Bool
 	plainOpened  atomic.Int64 // rounds opened by plain commands
-	fwd   forwardState
+	fwd          forwardState
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
@@ -276,7 +275,7 @@ func New(cfg Config) (*Coalescer, error) {
 	}
 	switch {
 	case cfg.Pipelines == 0:
-		c.batch = newBatcher(c, envPipelines())
+		c.batch = newBatcher(c, DefaultPipelines)
 	case cfg.Pipelines > 0:
 		c.batch = newBatcher(c, cfg.Pipelines)
 	}
@@ -444,11 +443,4 @@ func (c *Coalescer) Policies() []Policy {
 		out = append(out, p.Policy)
 	}
 	return out
-}
-
-func envPipelines() int {
-	if n, err := strconv.Atoi(os.Getenv("COALESCE_PIPELINES")); err == nil && n > 0 {
-		return n
-	}
-	return DefaultPipelines
 }
