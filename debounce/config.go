@@ -200,6 +200,7 @@ type compiled struct {
 	// does is Coalescer.holdInRedis).
 	deferred bool
 	dueKey   string
+	idsKey   string // identities of plain openings (plainopen.go)
 	// guess: whether its Redis-bound events mostly open rounds
 	// (plainopen.go).
 	guess *openGuess
@@ -293,6 +294,7 @@ func New(cfg Config) (*Coalescer, error) {
 		cp.local = c.local != nil && cp.localEligible()
 		cp.deferred = deferredPolicy(cp, c.sched.may)
 		cp.dueKey = dueKey(c.prefix, cp.Type)
+		cp.idsKey = idsKey(c.prefix, cp.Type)
 		cp.guess = &openGuess{}
 		c.policies[cp.Type] = cp
 	}

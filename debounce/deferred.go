@@ -151,6 +151,10 @@ func deferredPolicy(p *compiled, may bool) bool {
 // dueKey is the due list of a job type.
 func dueKey(prefix, jobType string) string { return prefix + "due:" + jobType }
 
+// idsKey is the hash of a job type's rounds opened by plain commands
+// (plainopen.go): their identities until their first forward, by round key.
+func idsKey(prefix, jobType string) string { return prefix + "dueids:" + jobType }
+
 // Deferred reports whether rounds of jobType may wait in Redis until due
 // (its due list is read and forwarded): a debounce type on a single-node
 // or Sentinel Redis, unless Schedules is "jetstream". Whether a round
@@ -353,10 +357,11 @@ func (f *Forwarder) claim(ctx context.Context, p *compiled) (ForwardReport, erro
 		return rep, nil
 	}
 	rep.Claimed = len(members)
-	keys := make([]string, 0, 2*len(members))
+	keys := make([]string, 0, 2*len(members)+1)
 	for _, m := range members {
 		keys = append(keys, m, identityKey(m))
 	}
+	keys = append(keys, p.idsKey)
 	// With replication acks the versions taken must reach a replica before
 	// they are published: a failover that lost them would forward the
 	// round again under a version whose message already ran.
@@ -621,16 +626,17 @@ func (c *Coalescer) DueRounds(ctx context.Context, jobType string, offset, limit
 		return nil, fmt.Errorf("%w: due list of %s: %w", ErrStoreUnavailable, jobType, err)
 	}
 	type read struct {
-		exp  *redis.DurationCmd
-		id   *redis.StringCmd
-		hash *redis.SliceCmd
+		exp   *redis.DurationCmd
+		id    *redis.StringCmd
+		plain *redis.StringCmd // a plain opening's identity (plainopen.go), until forwarded
+		hash  *redis.SliceCmd
 	}
 	reads := make([]read, len(zs))
 	pipe := c.rdb.Pipeline()
 	for i, z := range zs {
 		m, _ := z.Member.(string)
 		reads[i] = read{exp: pipe.PExpireTime(ctx, m), id: pipe.HGet(ctx, identityKey(m), "j"),
-			hash: pipe.HMGet(ctx, m, "t", "f", "d", "k", "g", "o", "tp", "x", "q")}
+			plain: pipe.HGet(ctx, p.idsKey, m), hash: pipe.HMGet(ctx, m, "t", "f", "d", "k", "g", "o", "tp", "x", "q")}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
 		return nil, fmt.Errorf("%w: due rounds of %s: %w", ErrStoreUnavailable, jobType, err)
@@ -655,9 +661,11 @@ func (c *Coalescer) DueRounds(ctx context.Context, jobType string, offset, limit
 			out = append(out, DueRound{Job: job, ListedAt: listed})
 			continue
 		}
-		raw, err := r.id.Result()
+		raw, err := r.plain.Result()
 		if err != nil {
-			continue
+			if raw, err = r.id.Result(); err != nil {
+				continue
+			}
 		}
 		_, job, err := parseIdentity(raw)
 		if err != nil || job.Type != jobType || r.exp.Val() <= 0 {

@@ -11,43 +11,48 @@ import (
 )
 
 // The plain opening of a round held in Redis until due (deferred.go),
-// payload first: the writes of open_packed.lua's opening as plain commands
-// in one MULTI ... EXEC, with no script. Measured (issue 25) a script call
-// costs Redis ~6 µs more than the same commands sent plain, the larger part
-// of an opening; plain commands cannot branch, so each one is written to
-// do nothing where the round exists already:
+// payload first: an opening as plain commands in one MULTI ... EXEC, with
+// no script. Measured (issue 25): a script call cost Redis ~6 µs more than
+// the same commands sent plain, and a key of its own per identity (a hash
+// with a TTL) ~3 µs more than a field in one hash per type, together the
+// larger part of an opening. Plain commands cannot branch, so each one is
+// written to do nothing where the round exists already:
 //
 //	SET round value NX GET PXAT expiry   open it, or read the pending one
 //	ZADD due NX dueAt round              list it (no-op while listed)
-//	HSETNX identity j <identity>         its identity (kept if there)
-//	PEXPIREAT identity expiry NX         expires with the round (kept)
+//	HSETNX ids round <identity>          its identity, in the type's hash
 //
-// (the identity's forward count r, 0 in the script's opening, is left out:
-// HINCRBY counts from 0 and the reaper reads a missing r as 0). MULTI makes
-// the four one write for AOF, replicas and a crash: a round is
-// never stored without its listing and identity. When SET finds a round
-// (the event joins one this process did not know), the rest changed nothing
-// that matters: a listing re-added for a round already forwarded is
-// claimed later and finds it taken, or publishes it again under a new
-// version (superseded at its start); an identity written beside a round
-// opened with a JetStream schedule names another token and is dropped by
-// the forwarder. The join itself then goes through open_packed.lua as
-// before: one more round trip, so the plain opening is tried only while
-// most of a type's Redis-bound events open rounds (openGuess).
+// MULTI makes the three one write for AOF, replicas and a crash: a round is
+// never stored without its listing and identity. The forwarder's first
+// take of the round (forward_take.lua) moves its identity from the type's
+// hash to the round's identity key, so that from then on the round is kept
+// exactly as one opened by open_packed.lua (reaper, take and cancel read
+// it there); a round cancelled or taken before it is forwarded leaves the
+// field behind until its listing is claimed (gone: the field is dropped).
+//
+// When SET finds a round (the event joins one this process did not know),
+// the rest changed nothing that matters: a listing re-added for a round
+// already forwarded is claimed later and finds it taken, or publishes it
+// again under a new version (superseded at its start); the identity
+// written beside it is dropped when that listing is claimed (the identity
+// key, written at the first forward, wins), and one beside a round opened
+// with a JetStream schedule names another token and is dropped by the
+// forwarder. The join itself then goes through open_packed.lua as before:
+// one more round trip, so the plain opening is tried only while most of a
+// type's Redis-bound events open rounds (openGuess).
 type plainOpen struct{}
 
 // plainOpenPacked is the plain opening's command list.
 var plainOpenPacked plainOpen
 
 // queue adds the opening to pipe and returns EXEC's reply: {SET's reply (nil:
-// opened; the pending round's value), ZADD's, HSETNX's, PEXPIREAT's}.
-// keys: round, due list, identity; args: value, expiry, due time, identity.
+// opened; the pending round's value), ZADD's, HSETNX's}. keys: round, due
+// list, the type's identity hash; args: value, expiry, due time, identity.
 func (plainOpen) queue(ctx context.Context, pipe redis.Pipeliner, keys []string, args []any) *redis.Cmd {
 	pipe.Do(ctx, "multi")
 	pipe.Do(ctx, "set", keys[0], args[0], "nx", "get", "pxat", args[1])
 	pipe.Do(ctx, "zadd", keys[1], "nx", args[2], keys[0])
-	pipe.Do(ctx, "hsetnx", keys[2], "j", args[3])
-	pipe.Do(ctx, "pexpireat", keys[2], args[1], "nx")
+	pipe.Do(ctx, "hsetnx", keys[2], keys[0], args[3])
 	return pipe.Do(ctx, "exec")
 }
 
@@ -89,7 +94,7 @@ func plainOpenReply(cmd *redis.Cmd) (opened bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if len(res) != 4 {
+	if len(res) != 3 {
 		return false, fmt.Errorf("plain opening: unexpected reply %v", res)
 	}
 	switch v := res[0].(type) {
@@ -104,7 +109,7 @@ func plainOpenReply(cmd *redis.Cmd) (opened bool, err error) {
 }
 
 // isUnsupported reports a server that refused the commands themselves
-// (SET NX GET and PEXPIREAT NX need Redis 7.0): MULTI then ran nothing.
+// (SET NX GET needs Redis 7.0): MULTI then ran nothing.
 func isUnsupported(err error) bool {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return false

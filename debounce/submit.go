@@ -464,7 +464,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 	if hold && id == nil && !c.plainRefused.Load() && p.guess.opening() {
 		// Plain commands where the event most likely opens a round
 		// (plainopen.go); a join found this way goes on to the script.
-		cmd, doubt := c.evalDoubt(ctx, plainOpenPacked, keys, args[0], expiry, job.DueAt.UnixMilli(), args[5])
+		cmd, doubt := c.evalDoubt(ctx, plainOpenPacked, []string{keys[0], keys[1], p.idsKey}, args[0], expiry, job.DueAt.UnixMilli(), args[5])
 		opened, err := plainOpenReply(cmd)
 		switch {
 		case err == nil && opened:
@@ -478,7 +478,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 			// A pending round this process did not know: joined below.
 		case isUnsupported(err):
 			if !c.plainRefused.Swap(true) {
-				c.log.InfoContext(ctx, "this Redis refuses SET NX GET or PEXPIREAT NX (Redis 7.0 has them): rounds held in Redis open through a script", "err", err)
+				c.log.InfoContext(ctx, "this Redis refuses SET NX GET (Redis 7.0 has it): rounds held in Redis open through a script", "err", err)
 			}
 		default:
 			return reply{}, err

@@ -5,7 +5,11 @@
 -- other finds the round taken by another version: superseded).
 --
 -- KEYS: two per round: the round key, then its identity key (the round key
---       and "j"; used by a packed round)
+--       and "j"; used by a packed round); then, last, the type's identity
+--       hash (plainopen.go): a packed round opened by plain commands keeps
+--       its identity there, under its round key, until this moves it to
+--       its identity key (so that from its first forward on, a round is
+--       kept as one opened by open_packed.lua)
 -- ARGV[1] -> now, unix ms
 -- ARGV[2] -> slack, ms: a round due within it is forwarded
 -- Returns one list per round:
@@ -26,11 +30,20 @@
 
 local GONE, WAIT, PACKED, HASH = 0, 1, 2, 3
 local now, slack = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ids = KEYS[#KEYS]
 local out = {}
-for i = 1, #KEYS / 2 do
+for i = 1, (#KEYS - 1) / 2 do
   local key, idkey = KEYS[2 * i - 1], KEYS[2 * i]
   local kind = redis.call('TYPE', key).ok
+  -- A plain opening's identity, moved to the identity key; one written
+  -- there before (an earlier forward's) is the round's, and what the
+  -- plain commands of a later event wrote beside it is dropped.
+  local moved = redis.call('HGET', ids, key)
+  if moved then redis.call('HDEL', ids, key) end
   if kind == 'string' then
+    if moved and redis.call('HSETNX', idkey, 'j', moved) == 1 then
+      redis.call('PEXPIREAT', idkey, redis.call('PEXPIRETIME', key))
+    end
     local j = redis.call('HGET', idkey, 'j')
     if j then
       out[i] = {PACKED, redis.call('GET', key), redis.call('PEXPIRETIME', key), j, redis.call('HINCRBY', idkey, 'r', 1) - 1}
