@@ -29,14 +29,6 @@ type call struct {
 	done chan struct{}
 }
 
-// evaler is a script (*redis.Script), or commands sent like one
-// (plainopen.go).
-type evaler interface {
-	EvalSha(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
-	Eval(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
-	Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
-}
-
 // scriptCall is one script call sent in a pipeline.
 type scriptCall struct {
 	script evaler

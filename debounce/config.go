@@ -170,10 +170,6 @@ type Coalescer struct {
 	idemWindow  time.Duration
 	// sched: where debounce rounds wait (deferred.go).
 	sched *schedState
-	// plainRefused: the server refused the plain opening's commands
-	// (before Redis 7.0): openings go through open_packed.lua.
-	plainRefused atomic.Bool
-	plainOpened  atomic.Int64 // rounds opened by plain commands
 	fwd          forwardState
 }
 
@@ -200,9 +196,9 @@ type compiled struct {
 	// does is Coalescer.holdInRedis).
 	deferred bool
 	dueKey   string
-	idsKey   string // identities of plain openings (plainopen.go)
+	idsKey   string // identities of held packed rounds until forwarded (deferred.go)
 	// guess: whether its Redis-bound events mostly open rounds
-	// (plainopen.go).
+	// (joinfirst.go).
 	guess *openGuess
 }
 
@@ -422,6 +418,7 @@ func compile(p Policy, maxAge time.Duration) (*compiled, error) {
 		cp.leaseArg = p.Lease.Milliseconds()
 	}
 	cp.payloadArg, cp.maxItemsArg, cp.trailingArg = string(p.Payload), p.MaxItems, cp.trailingLife.Milliseconds()
+
 	return cp, nil
 }
 

@@ -474,7 +474,7 @@ func TestDeferredOpeningIsReplicated(t *testing.T) {
 			t.Errorf("%s: its due list entry is not on the replica: %v", typ, err)
 		}
 		// Packed: its identity, in its identity key (open_packed.lua) or,
-		// opened by plain commands, in its type's hash (plainopen.go).
+		// until its first forward, in its type's hash (idsKey).
 		if typ == "packed" && !r.onReplica(t, key+"j", "j") && !r.onReplica(t, prefix+"dueids:"+typ, key) {
 			t.Errorf("packed: its identity is not on the replica")
 		}

@@ -15,13 +15,6 @@ func HoldFlushes(c *Coalescer) (release func()) {
 // RoundRedisKey is the Redis key of a job's round.
 func RoundRedisKey(c *Coalescer, job Job) string { return c.jobRedisKey(job) }
 
-// UsePlainOpenings turns the plain opening of held rounds (plainopen.go) on
-// or off for c: off, every opening goes through open_packed.lua.
-func UsePlainOpenings(c *Coalescer, on bool) { c.plainRefused.Store(!on) }
-
-// PlainOpened is how many rounds c opened with plain commands.
-func PlainOpened(c *Coalescer) int64 { return c.plainOpened.Load() }
-
 // JoinsFirst reports whether c now sends a join of typ's hash-layout rounds
 // first, without the opening's arguments (join_round.lua).
 func JoinsFirst(c *Coalescer, typ string) bool { return !c.policies[typ].guess.opening() }

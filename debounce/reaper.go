@@ -447,9 +447,6 @@ func (r *Reaper) identityRound(ctx context.Context, key string, now time.Time) (
 	}
 	raw, _ := f[0].(string)
 	repairs, _ := f[1].(string)
-	if repairs == "" {
-		repairs = "0" // a round opened plainly has no r until forwarded (plainopen.go)
-	}
 	if raw == "" {
 		return overdueRound{}, false, nil
 	}

@@ -447,8 +447,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 		if p.Exclusive {
 			job.Lease = p.Lease // whoever forwards it: the job carries its key's lease
 		}
-		rkey := redisKey(c.prefix, p.mix, key, "j")
-		keys = []string{rkey[:len(rkey)-1], p.dueKey, rkey}
+		keys = []string{redisKey(c.prefix, p.mix, key, ""), p.dueKey, p.idsKey}
 		args = []any{uint64(packOpen(rnd) | packPub), expiry, nowMs, p.lifeArg, job.DueAt.UnixMilli(), appendIdentity(make([]byte, 0, identitySize(job)), job)}
 	case p.Mode == ModeThrottle:
 		wrnd := newRnd()
@@ -461,29 +460,6 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 	var res []int64
 	var err, doubt error
 	var replayed bool
-	if hold && id == nil && !c.plainRefused.Load() && p.guess.opening() {
-		// Plain commands where the event most likely opens a round
-		// (plainopen.go); a join found this way goes on to the script.
-		cmd, doubt := c.evalDoubt(ctx, plainOpenPacked, []string{keys[0], keys[1], p.idsKey}, args[0], expiry, job.DueAt.UnixMilli(), args[5])
-		opened, err := plainOpenReply(cmd)
-		switch {
-		case err == nil && opened:
-			p.guess.seen(true)
-			c.plainOpened.Add(1)
-			r := reply{status: statusOpened, token: packedToken(expiry, rnd), count: 1, published: true, rkey: keys[0], doubt: doubt}
-			r.openedAt = msTime(expiry).Add(-p.lifetime())
-			r.due = r.openedAt.Add(p.Window)
-			return r, nil
-		case err == nil:
-			// A pending round this process did not know: joined below.
-		case isUnsupported(err):
-			if !c.plainRefused.Swap(true) {
-				c.log.InfoContext(ctx, "this Redis refuses SET NX GET (Redis 7.0 has it): rounds held in Redis open through a script", "err", err)
-			}
-		default:
-			return reply{}, err
-		}
-	}
 	if id == nil {
 		var cmd *redis.Cmd
 		cmd, doubt = c.evalDoubt(ctx, openPackedScript, keys, args...)
@@ -498,9 +474,6 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 		return reply{}, fmt.Errorf("open_packed: unexpected reply %v", res)
 	}
 	v, exp := packed(res[1]), res[2]
-	if hold && id == nil {
-		p.guess.seen(res[0] == statusOpened)
-	}
 	r := reply{
 		status:    int(res[0]),
 		token:     packedToken(exp, v.rnd()),

@@ -6,10 +6,10 @@
 --
 -- KEYS: two per round: the round key, then its identity key (the round key
 --       and "j"; used by a packed round); then, last, the type's identity
---       hash (plainopen.go): a packed round opened by plain commands keeps
---       its identity there, under its round key, until this moves it to
---       its identity key (so that from its first forward on, a round is
---       kept as one opened by open_packed.lua)
+--       hash (deferred.go, idsKey): a packed round's identity waits there,
+--       under its round key, from its opening (open_packed.lua) until this
+--       moves it to its identity key, where the reaper, the take and a
+--       cancel find it from the first forward on
 -- ARGV[1] -> now, unix ms
 -- ARGV[2] -> slack, ms: a round due within it is forwarded
 -- Returns one list per round:
@@ -35,13 +35,13 @@ local out = {}
 for i = 1, (#KEYS - 1) / 2 do
   local key, idkey = KEYS[2 * i - 1], KEYS[2 * i]
   local kind = redis.call('TYPE', key).ok
-  -- A plain opening's identity, moved to the identity key; one written
-  -- there before (an earlier forward's) is the round's, and what the
-  -- plain commands of a later event wrote beside it is dropped.
+  -- The identity of the latest round opened at the key (a field of
+  -- the type's hash), moved to the identity key: it replaces any there.
   local moved = redis.call('HGET', ids, key)
   if moved then redis.call('HDEL', ids, key) end
   if kind == 'string' then
-    if moved and redis.call('HSETNX', idkey, 'j', moved) == 1 then
+    if moved then
+      redis.call('HSET', idkey, 'j', moved)
       redis.call('PEXPIREAT', idkey, redis.call('PEXPIRETIME', key))
     end
     local j = redis.call('HGET', idkey, 'j')

@@ -27,6 +27,5 @@ if not raw or redis.call('PEXPIRETIME', KEYS[1]) ~= tonumber(expiry)
   if redis.call('HGET', KEYS[2], 'j') == read_identity then redis.call('DEL', KEYS[2]) end
   return {-1}
 end
--- A round opened by plain commands has no r until its first forward: 0.
-if (redis.call('HGET', KEYS[2], 'r') or '0') ~= seen_repairs then return {0} end
+if redis.call('HGET', KEYS[2], 'r') ~= seen_repairs then return {0} end
 return {1, redis.call('HINCRBY', KEYS[2], 'r', 1)}
