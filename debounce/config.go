@@ -288,6 +288,9 @@ func New(cfg Config) (*Coalescer, error) {
 			return nil, &PolicyError{Type: cp.Type, Field: "type", Msg: "two policies for this job type; keep one"}
 		}
 		cp.local = c.local != nil && cp.localEligible()
+		if cp.local && cp.lastKeyed() {
+			cp.payloadArg = "last+" // its rounds get a payload key (lastkey.go)
+		}
 		cp.deferred = deferredPolicy(cp, c.sched.may)
 		cp.dueKey = dueKey(c.prefix, cp.Type)
 		cp.idsKey = idsKey(c.prefix, cp.Type)

@@ -435,6 +435,13 @@ func (c *Coalescer) applyFlush(f flushed, count, due int64, uncertain bool) {
 	if count < 0 {
 		c.dropLocked(sh, lr)
 		sh.mu.Unlock()
+		if lr.lk.p.Payload == PayloadLast {
+			// Joined by writing their args into the round's payload key
+			// (lastkey.go), which closes with it: the args were in the
+			// round before it went. Only their count is lost.
+			ls.forgotten.Add(uint64(f.n))
+			return
+		}
 		if lr.outcome == OutcomeThrottled || lr.outcome == OutcomeDuplicate {
 			// Dropped by design (inside a throttle window or a dedup
 			// reservation whose job was published): no job was promised

@@ -90,6 +90,12 @@ func (c *Coalescer) inspectKey(ctx context.Context, p *compiled, key RoundKey, k
 	if derr != nil {
 		return Round{}, false, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, p.Type, key, derr)
 	}
+	if found && r.Payload != nil {
+		// Joins that knew the round wrote its payload key only (lastkey.go).
+		if a, err := c.rdb.Get(ctx, payloadKey(k, r.Token)).Bytes(); err == nil {
+			r.Payload = json.RawMessage(a)
+		}
+	}
 	return r, found, nil
 }
 

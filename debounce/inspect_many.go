@@ -2,6 +2,7 @@ package debounce
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -49,8 +50,10 @@ func (c *Coalescer) InspectMany(ctx context.Context, jobType string, keys []Roun
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
 		return nil, nil, fmt.Errorf("%w: inspect %d rounds of %s: %w", ErrStoreUnavailable, len(keys), jobType, err)
 	}
+	latest := map[int]*redis.StringCmd{} // payload keys of last rounds found (lastkey.go)
+	var lpipe redis.Pipeliner
 	for i, key := range keys {
-		for _, rd := range reads[i] {
+		for j, rd := range reads[i] {
 			if err := rd.typ.Err(); err != nil {
 				return nil, nil, fmt.Errorf("%w: inspect %s %s: %w", ErrStoreUnavailable, jobType, key, err)
 			}
@@ -70,7 +73,21 @@ func (c *Coalescer) InspectMany(ctx context.Context, jobType string, keys []Roun
 					r.Events += c.localPending(p, key, r.Token)
 				}
 				rounds[i], found[i] = r, true
+				if r.Payload != nil {
+					if lpipe == nil {
+						lpipe = c.rdb.Pipeline()
+					}
+					latest[i] = lpipe.Get(ctx, payloadKey(c.keys(p, key)[j], r.Token))
+				}
 				break
+			}
+		}
+	}
+	if lpipe != nil {
+		_, _ = lpipe.Exec(ctx) // a payload key missing keeps the hash's args
+		for i, cmd := range latest {
+			if a, err := cmd.Bytes(); err == nil {
+				rounds[i].Payload = json.RawMessage(a)
 			}
 		}
 	}

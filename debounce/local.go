@@ -19,9 +19,11 @@ import (
 //   - debounce with payload first, fixed or extended (the job carries the
 //     first event's args, which the round's message already has);
 //   - throttle without trailing (the event is dropped inside the window);
-//   - dedup until expiry (the event is a duplicate inside the expiry).
+//   - dedup until expiry (the event is a duplicate inside the expiry);
+//   - debounce with payload last, fixed window, once the event's args are
+//     in the round's payload key (lastkey.go: one SET XX, no script).
 //
-// Payload last and accumulate, dedup until start or success and throttle
+// Accumulate, last with extend, dedup until start or success and throttle
 // with trailing always go to Redis: a producer crash would lose their data,
 // or the round's end is not a time known in advance.
 //
@@ -82,7 +84,9 @@ func (p *compiled) localEligible() bool {
 	}
 	switch p.Mode {
 	case ModeDebounce:
-		return p.Payload == PayloadFirst
+		// Payload last: answered once its args are in the round's
+		// payload key (lastkey.go).
+		return p.Payload == PayloadFirst || p.lastKeyed()
 	case ModeThrottle:
 		return !p.Trailing && p.Payload == PayloadFirst
 	case ModeDedup:
@@ -325,6 +329,44 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev
 			c.dropLocked(sh, lr)
 			sh.mu.Unlock()
 			continue
+		}
+		if p.Payload == PayloadLast {
+			// Answered once its args are in the round's payload key
+			// (lastkey.go), written without the shard's lock held.
+			tok, rkey := lr.token, lr.rkey
+			sh.mu.Unlock()
+			if c.repl.active(ctx) {
+				return d, false, nil // acks: through the script, which handles a doubt
+			}
+			wrote, err := c.writeLast(ctx, rkey, tok, ev.Args)
+			if err != nil {
+				// To Redis as an ordinary event, which fails or bypasses
+				// as the policy says (a write that landed all the same
+				// only wrote these args before they are written again).
+				return d, false, nil
+			}
+			sh.mu.Lock()
+			if !wrote {
+				// The round closed, or has no payload key (an older
+				// version opened it): its events go to Redis, straight,
+				// until its local time would have ended.
+				if sh.m[lk] == lr && lr.live {
+					lr.live, lr.bypass = false, lr.until+ls.guard.Milliseconds()
+				}
+				sh.mu.Unlock()
+				return d, false, nil
+			}
+			now = c.now()
+			nowMs = now.UnixMilli()
+			if sh.m[lk] != lr || lr.gone {
+				// The entry went meanwhile (a flush found the round gone:
+				// taken after this write). The args are in the round; only
+				// the count is lost.
+				d = Decision{Outcome: OutcomeCoalesced, Round: tok, Events: lr.count + lr.flushing + lr.pending + 1, DueAt: lr.due}
+				sh.mu.Unlock()
+				ls.joined.Add(1)
+				return d, true, nil
+			}
 		}
 		if lr.pending == 0 {
 			lr.first = Event{Type: ev.Type, Args: append([]byte(nil), ev.Args...), Key: ev.Key, TraceParent: ev.TraceParent}

@@ -11,7 +11,7 @@
 -- ARGV[1] -> now, unix ms
 -- ARGV[2] -> extend: window ms, "0" when not extending
 -- ARGV[3] -> extend: max wait ms from the first event
--- ARGV[4] -> payload: "first", "last" or "accumulate"
+-- ARGV[4] -> payload: "first", "last" or "accumulate" ("last+": last)
 -- ARGV[5] -> the event's args (last) or item (accumulate); "" for first
 -- ARGV[6] -> max items (accumulate)
 -- Returns {ABSENT} when the key holds no round (nothing written), else
@@ -26,6 +26,7 @@ local due_list = KEYS[2]
 local now = tonumber(ARGV[1])
 local extend_ms, max_wait_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local payload, data, max_items = ARGV[4], ARGV[5], tonumber(ARGV[6])
+if payload == 'last+' then payload = 'last' end
 
 local function add_item()
   if redis.call('HSETNX', key, 'i' .. data, '1') == 1 then

@@ -9,6 +9,8 @@ local first, d, version = tonumber(f[2]), tonumber(f[3]), tonumber(f[5])
 local n = redis.call('HINCRBY', key, 'n', 1)
 if payload == 'last' then
   redis.call('HSET', key, 'l', now, 'a', data)
+  -- The round's payload key (lastkey.go), if it has one, stays the latest.
+  redis.call('SET', key .. 'a' .. f[1], data, 'XX', 'KEEPTTL')
 else
   redis.call('HSET', key, 'l', now)
 end

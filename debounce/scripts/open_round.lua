@@ -22,7 +22,10 @@
 -- ARGV[4] -> due time of a new round, unix ms (trailing: window end)
 -- ARGV[5] -> extend: window ms, "0" when not extending
 -- ARGV[6] -> extend: max wait ms from the first event
--- ARGV[7] -> payload: "first", "last" or "accumulate"
+-- ARGV[7] -> payload: "first", "last" or "accumulate"; "last+": last, and
+--            a round opened gets a payload key (lastkey.go): its token's
+--            key beside the round, holding its latest args, which a
+--            producer that knows the round writes with one SET XX
 -- ARGV[8] -> the event's args (last) or item (accumulate); "" for first
 -- ARGV[9] -> max items (accumulate)
 -- ARGV[10] -> identity: field k (round key bytes, then the job type)
@@ -61,6 +64,8 @@ local id_key, id_fingerprint, id_args = ARGV[10], ARGV[11], ARGV[12]
 local window_value, window_ms, trailing_ms = ARGV[13], ARGV[14], ARGV[15]
 local deferred = window_value == 'due'
 local trace, lease = ARGV[14], ARGV[15]
+local payload_key = payload == 'last+'
+if payload_key then payload = 'last' end
 local throttle = KEYS[2] ~= nil and not deferred and window_value ~= 'list'
 local due_list = nil
 if KEYS[2] and not throttle then due_list = KEYS[2] end
@@ -122,6 +127,11 @@ if not f[1] then
     if lease ~= '0' then h[#h + 1], h[#h + 2] = 'x', lease end
   end
   redis.call('HSET', key, unpack(h))
+  if payload_key then
+    -- Same slot as the round (its key with a suffix): take_round.lua
+    -- reads and deletes it with the round.
+    redis.call('SET', key .. 'a' .. token, data, 'PXAT', expiry)
+  end
   if payload == 'accumulate' and add_item() >= max_items then
     fire = 1
     due = now

@@ -22,7 +22,7 @@ if t == 'string' then
 elseif t == 'hash' then
   local f = redis.call('HMGET', KEYS[1], 't', 'n', 'p')
   if f[1] == seen_value and f[2] == seen_events and f[3] == '0' then
-    redis.call('DEL', KEYS[1])
+    redis.call('DEL', KEYS[1], KEYS[1] .. 'a' .. f[1]) -- and its payload key (lastkey.go)
     return 1
   end
 end

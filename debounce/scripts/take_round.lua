@@ -79,6 +79,16 @@ if op == 'take' then
     return {NOT_DUE, d, redis.call('HINCRBY', key, 'v', 1)}
   end
 end
+-- The round's payload key (lastkey.go): its latest args, written by
+-- producers that knew the round, go into the job's summary and the taken
+-- copy; closed, the key goes with the round, so that no later SET XX
+-- lands in it.
+local pk = key .. 'a' .. token
+local latest = redis.call('GET', pk)
+if latest then
+  if op == 'take' then redis.call('HSET', key, 'a', latest) end
+  redis.call('DEL', pk)
+end
 local all = redis.call('HGETALL', key)
 if op == 'take' then
   if KEYS[4] then redis.call('SET', KEYS[4], window_value, 'PX', window_ms) end

@@ -1,0 +1,97 @@
+package debounce
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Payload last, joined with one plain command. A debounce round with
+// payload last (fixed window) keeps its latest args twice: in its hash
+// (field a, as every hash round) and in a payload key of its own, the
+// round's key with "a" and its token (same hash tag, same slot), created
+// with the round (open_round.lua, "last+") and expiring with it. A
+// producer that knows the round pending (local.go: it opened or learned
+// it) joins an event by writing the event's args there with SET XX — one
+// plain command, no script: measured (issue 25) a script call costs Redis
+// ~6 µs more than its commands, the larger part of a join. XX makes it
+// conditional on the round: every script that closes a round deletes its
+// payload key with it (take_round.lua, reap.lua; the take first copies it
+// into the round, so the job's summary and its retries carry it), and a
+// round that expired took its key along (same expiry), so a SET XX that
+// succeeds wrote into the pending round of that token, before any take:
+// the job starts after the event and runs with its args or later ones. A
+// SET XX that finds no key sends the event to Redis as an ordinary event
+// (the round was taken, cancelled or replaced, or was opened by an older
+// version without a payload key).
+//
+// The event's count and last-seen time are added by the next flush, as a
+// local join's (flush_round.lua); should the flush find the round gone,
+// they are dropped and the event is not submitted again: its args were in
+// the round before it closed. A producer crash loses the counts of its
+// last flush interval, never args. Scripts that join the round (another
+// producer's, or an older version's) write the payload key too (SET XX
+// KEEPTTL in join_tail.lua), so it always holds the latest args.
+//
+// Not for extend (the event moves the due time, which a plain write
+// cannot), nor with replication acks on (a SET XX's doubt would need the
+// script path's handling): those go through join_round.lua.
+
+// payloadKey is a hash round's payload key (its latest args).
+func payloadKey(rkey string, token Token) string {
+	return rkey + "a" + strconv.FormatUint(uint64(token), 10)
+}
+
+// lastKeyed says whether a policy's rounds get a payload key.
+func (p *compiled) lastKeyed() bool {
+	return p.Mode == ModeDebounce && p.Payload == PayloadLast && !p.Extend && p.LocalJoins != LocalJoinsOff
+}
+
+// setXX is a plain SET key value XX sent like a script call (batch.go):
+// args: the value.
+type setXX struct{}
+
+var plainSetXX setXX
+
+func (setXX) queue(ctx context.Context, pipe redis.Pipeliner, keys []string, args []any) *redis.Cmd {
+	return pipe.Do(ctx, "set", keys[0], args[0], "xx")
+}
+
+func (s setXX) EvalSha(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	return s.Run(ctx, c, keys, args...)
+}
+
+func (s setXX) Eval(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	return s.Run(ctx, c, keys, args...)
+}
+
+func (s setXX) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	if pipe, ok := c.(redis.Pipeliner); ok {
+		return s.queue(ctx, pipe, keys, args)
+	}
+	if d, ok := c.(interface {
+		Do(ctx context.Context, args ...any) *redis.Cmd
+	}); ok {
+		return d.Do(ctx, "set", keys[0], args[0], "xx")
+	}
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(errors.New("set xx: the client cannot send commands"))
+	return cmd
+}
+
+// writeLast writes an event's args into the payload key of the round of
+// token: true when it did (the round is pending), false when the key is
+// gone.
+func (c *Coalescer) writeLast(ctx context.Context, rkey string, token Token, args []byte) (bool, error) {
+	cmd, _ := c.evalDoubt(ctx, plainSetXX, []string{payloadKey(rkey, token)}, args)
+	err := cmd.Err()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, nil
+}

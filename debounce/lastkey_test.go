@@ -1,0 +1,173 @@
+package debounce_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/coalesce-io/coalesce/debounce"
+)
+
+var lastPolicy = debounce.Policy{Type: "last", Mode: debounce.ModeDebounce, Window: 10 * time.Second, Payload: debounce.PayloadLast, KeyFields: []string{"k"}}
+
+// lastArgs is the i-th event of key k.
+func lastArgs(k, i int) string { return fmt.Sprintf(`{"k":%d,"i":%d}`, k, i) }
+
+// TestLastJoinsWriteTheirArgsFirst: a producer that knows a round with
+// payload last answers its events once their args are in the round's
+// payload key (one SET XX, lastkey.go). With its flushes held back, the
+// job that starts at the due time runs with the last event's args all the
+// same; the flush that comes after the take finds the round gone and
+// drops only the counts: no event is submitted again, no second job.
+func TestLastJoinsWriteTheirArgsFirst(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, lastPolicy)
+		ctx := context.Background()
+		opened := f.submit(t, "last", lastArgs(1, 0))
+		release := debounce.HoldFlushes(f.c)
+		for i := 1; i <= 5; i++ {
+			d := f.submit(t, "last", lastArgs(1, i))
+			if d.Outcome != debounce.OutcomeCoalesced || d.Round != opened.Round || d.Events != i+1 {
+				t.Fatalf("event %d: %+v", i, d)
+			}
+		}
+		if n := f.c.LocalStats().Joined; n != 5 {
+			t.Fatalf("%d joined locally, want 5", n)
+		}
+		// A worker (another process) takes the round at its due time,
+		// before this producer flushed a single count.
+		f.clock.Advance(10 * time.Second)
+		worker := f.other(t, lastPolicy)
+		jobs := f.pub.distinct()
+		if len(jobs) != 1 {
+			t.Fatalf("%d jobs published, want 1", len(jobs))
+		}
+		rel, err := worker.Start(ctx, jobs[0])
+		if err != nil || rel.Result != debounce.ReleaseReleased {
+			t.Fatalf("Start: %+v, %v", rel, err)
+		}
+		if got, want := string(rel.Summary.Payload), lastArgs(1, 5); got != want {
+			t.Errorf("the job runs with %s, want the last event's %s", got, want)
+		}
+		release()
+		if err := f.c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st := f.c.LocalStats()
+		if st.Resubmitted != 0 || st.Forgotten != 5 {
+			t.Errorf("after the take, the flush: %d submitted again, %d forgotten; want 0 and 5 (counts only)", st.Resubmitted, st.Forgotten)
+		}
+		if n := len(f.pub.distinct()); n != 1 {
+			t.Errorf("%d jobs published, want 1", n)
+		}
+		// The next event opens the next round.
+		if d := f.submit(t, "last", lastArgs(1, 6)); d.Outcome != debounce.OutcomeScheduled || d.Round == opened.Round {
+			t.Errorf("after the take: %+v", d)
+		}
+	})
+}
+
+// TestLastJoinAfterTheRoundClosed: an event for a round this producer
+// still believes pending, which another process took or cancelled, is
+// not answered as joined to it: its SET XX finds no payload key (the
+// close deleted it) and it goes to Redis, which opens the next round.
+func TestLastJoinAfterTheRoundClosed(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		for _, how := range []string{"take", "cancel"} {
+			f := newFixture(t, b, lastPolicy)
+			ctx := context.Background()
+			opened := f.submit(t, "last", lastArgs(2, 0))
+			f.submit(t, "last", lastArgs(2, 1)) // learned, joined locally
+			worker := f.other(t, lastPolicy)
+			switch how {
+			case "take":
+				f.clock.Advance(10 * time.Second)
+				f.flush(t)
+				rel, err := worker.Start(ctx, f.pub.distinct()[0])
+				if err != nil || rel.Result != debounce.ReleaseReleased || string(rel.Summary.Payload) != lastArgs(2, 1) || rel.Summary.Events != 2 {
+					t.Fatalf("Start: %+v, %v", rel, err)
+				}
+			case "cancel":
+				if _, ok, err := worker.Cancel(ctx, "last", opened.Key); err != nil || !ok {
+					t.Fatalf("Cancel: %v %v", ok, err)
+				}
+			}
+			d := f.submit(t, "last", lastArgs(2, 2))
+			if d.Outcome != debounce.OutcomeScheduled || d.Round == opened.Round || d.Events != 1 {
+				t.Errorf("%s: the event after it: %+v, want a new round opened", how, d)
+			}
+		}
+	})
+}
+
+// TestLastPayloadKeyStaysTheLatest: joins through the script (a producer
+// with local joins off, or one that does not know the round) write the
+// payload key too, so whichever way the last event came, the job runs
+// with its args; a round opened by a producer that gives it no payload
+// key (local joins off) is joined through the script by one that would.
+func TestLastPayloadKeyStaysTheLatest(t *testing.T) {
+	t.Parallel()
+	off := lastPolicy
+	off.LocalJoins = debounce.LocalJoinsOff
+	eachBackend(t, func(t *testing.T, b backend) {
+		for _, order := range []string{"local-then-script", "script-then-local", "opened-without-key"} {
+			f := newFixture(t, b, lastPolicy)
+			scripted := f.other(t, off)
+			ctx := context.Background()
+			submitVia := func(c *debounce.Coalescer, i int) debounce.Decision {
+				t.Helper()
+				d, err := c.Submit(ctx, debounce.Event{Type: "last", Args: json.RawMessage(lastArgs(3, i))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			switch order {
+			case "local-then-script":
+				submitVia(f.c, 0)
+				submitVia(f.c, 1) // local
+				submitVia(scripted, 2)
+			case "script-then-local":
+				submitVia(f.c, 0)
+				submitVia(scripted, 1)
+				submitVia(f.c, 2) // local
+			case "opened-without-key":
+				submitVia(scripted, 0)
+				submitVia(f.c, 1) // learns the round (a script join)
+				submitVia(f.c, 2) // its SET XX finds no key: the script
+			}
+			f.clock.Advance(10 * time.Second)
+			rel := f.start(t, f.pub.distinct()[0])
+			if rel.Result != debounce.ReleaseReleased || string(rel.Summary.Payload) != lastArgs(3, 2) || rel.Summary.Events != 3 {
+				t.Errorf("%s: %+v, want the third event's args and 3 events", order, rel)
+			}
+		}
+	})
+}
+
+// TestInspectShowsTheLatestArgs: Inspect and InspectMany show a round's
+// latest args, which a join that knew the round wrote in its payload key
+// only.
+func TestInspectShowsTheLatestArgs(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newFixture(t, b, lastPolicy)
+		ctx := context.Background()
+		d := f.submit(t, "last", lastArgs(4, 0))
+		f.submit(t, "last", lastArgs(4, 1))
+		if n := f.c.LocalStats().Joined; n != 1 {
+			t.Fatalf("%d joined locally, want 1", n)
+		}
+		if r := f.inspect(t, f.c, "last", d.Key); string(r.Payload) != lastArgs(4, 1) || r.Events != 2 {
+			t.Errorf("Inspect: %+v", r)
+		}
+		rounds, found, err := f.c.InspectMany(ctx, "last", []debounce.RoundKey{d.Key})
+		if err != nil || !found[0] || string(rounds[0].Payload) != lastArgs(4, 1) {
+			t.Errorf("InspectMany: %+v %v %v", rounds, found, err)
+		}
+	})
+}
