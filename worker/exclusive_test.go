@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,5 +143,54 @@ func TestExclusiveWithoutThePolicy(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the job never ran")
+	}
+}
+
+// TestExclusiveStartThatOutlivesItsLease: a delivery whose start took
+// longer than its key's lease (Redis stalled between the lease and the
+// round's take) does not run when another job took the lapsed lease
+// meanwhile: it comes again once the key is free and runs then, with its
+// round (taken by the first delivery). It ran beside the other job before
+// (chaos 7b, held rounds: an exclusive overlap right after a 3 s stall).
+func TestExclusiveStartThatOutlivesItsLease(t *testing.T) {
+	rdb := testenv.SharedRedis(t).Client(t)
+	var mu sync.Mutex
+	var published []debounce.Job
+	pub := debounce.PublisherFunc(func(_ context.Context, j debounce.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		published = append(published, j)
+		return nil
+	})
+	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: testenv.Prefix(t),
+		Policies: []debounce.Policy{{Type: "x", Mode: debounce.ModeDedup, Exclusive: true, Lease: debounce.MinLease}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := co.Submit(ctx, debounce.Event{Type: "x", Args: json.RawMessage(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	job := worker.Job{Job: published[0]}
+	mu.Unlock()
+	other := debounce.Job{Type: "x", Key: job.Key, Token: 1}
+	restore := worker.SetAfterKeyTaken(func() {
+		time.Sleep(debounce.MinLease + 300*time.Millisecond) // the lease lapses
+		if kl, err := co.TakeKey(ctx, other, "another job"); err != nil || !kl.Taken {
+			t.Errorf("another job could not take the lapsed lease: %+v %v", kl, err)
+		}
+	})
+	st, err := worker.StartDelivery(ctx, co, pub, &job, 5, time.Second)
+	restore()
+	if err != nil || st.Action != worker.StartRetry || st.Result != worker.JobKeyBusy {
+		t.Fatalf("a start that outlived its lease, another job holding the key: %+v %v; want a retry (key busy)", st, err)
+	}
+	if ok, err := co.ReleaseKey(ctx, other, "another job"); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	st, err = worker.StartDelivery(ctx, co, pub, &job, 5, time.Second)
+	if err != nil || st.Action != worker.StartRun || job.Release != debounce.ReleaseRetry || st.Lease == "" {
+		t.Errorf("the next delivery: %+v %v, release %s; want it run with the round its first delivery took", st, err, job.Release)
 	}
 }

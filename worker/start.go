@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/coalesce-io/coalesce/debounce"
@@ -117,6 +118,7 @@ func startExclusive(ctx context.Context, co *debounce.Coalescer, pub debounce.Pu
 	// comes again shortly; its wait is no attempt and no delivery the
 	// backstop counts.
 	owner := newOwner()
+	asked := time.Now() // the lease, once granted, lasts at least until asked + its length
 	kl, err := co.TakeKeyFor(ctx, job.Job, job.Replay, owner)
 	if err != nil && job.Token == 0 {
 		// Published without a reservation because Redis was down (fail
@@ -143,9 +145,28 @@ func startExclusive(ctx context.Context, co *debounce.Coalescer, pub debounce.Pu
 		}
 		return s, err
 	}
+	if f := afterKeyTaken.Load(); f != nil {
+		(*f)()
+	}
+	if lease, _ := co.LeaseOf(job.Job); time.Since(asked) >= lease/2 {
+		// The start took long (Redis stalled): the lease may have lapsed
+		// meanwhile and another job of the key started. It is confirmed
+		// (and extended) before the job runs; lapsed, the job does not run
+		// now: its round is taken, and the next delivery of this message
+		// finds it so (retry) once the key is free.
+		held, rerr := co.RefreshKey(ctx, job.Job, owner)
+		if rerr != nil || !held {
+			return Started{Action: StartRetry, Result: JobKeyBusy, Delay: keyWait(keyPoll),
+				Reason: "its key's lease lapsed while its round was taken (a slow start): it runs once the key is free"}, nil
+		}
+	}
 	s.Lease, s.Waits, s.Waited = owner, kl.Waits, kl.Waited
 	return s, nil
 }
+
+// afterKeyTaken, set by tests, runs between an exclusive job's start and
+// the check that its key's lease is still held.
+var afterKeyTaken atomic.Pointer[func()]
 
 func startDelivery(ctx context.Context, co *debounce.Coalescer, pub debounce.Publisher, job *Job, maxDeliver int, retryIn time.Duration) (Started, error) {
 	if job.Replay != "" {
