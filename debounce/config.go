@@ -288,8 +288,13 @@ func New(cfg Config) (*Coalescer, error) {
 			return nil, &PolicyError{Type: cp.Type, Field: "type", Msg: "two policies for this job type; keep one"}
 		}
 		cp.local = c.local != nil && cp.localEligible()
-		if cp.local && cp.lastKeyed() {
-			cp.payloadArg = "last+" // its rounds get a payload key (lastkey.go)
+		if cp.lastKeyed() {
+			if _, single := c.rdb.(*redis.Client); !single {
+				return nil, &PolicyError{Type: cp.Type, Field: "local_joins", Msg: "on needs a single-node or Sentinel Redis (its payload keys are not declared to the scripts that touch them); use auto on a Cluster"}
+			}
+			if cp.local {
+				cp.payloadArg = "last+" // its rounds get a payload key (lastkey.go)
+			}
 		}
 		cp.deferred = deferredPolicy(cp, c.sched.may)
 		cp.dueKey = dueKey(c.prefix, cp.Type)

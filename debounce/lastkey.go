@@ -35,18 +35,26 @@ import (
 // producer's, or an older version's) write the payload key too (SET XX
 // KEEPTTL in join_tail.lua), so it always holds the latest args.
 //
-// Not for extend (the event moves the due time, which a plain write
-// cannot), nor with replication acks on (a SET XX's doubt would need the
-// script path's handling): those go through join_round.lua.
+// Opt-in (Policy.LocalJoins "on"): a producer of a version before payload
+// keys joins with a script that writes the round's hash alone, and a
+// worker before them takes the round without its payload key, so every
+// producer and worker of the type must run this version with this
+// setting. Single-node or Sentinel Redis only: the scripts compute the
+// payload key's name from the round's token rather than declare it
+// (same hash tag, but a Cluster's resharding moves keys one by one). Not
+// for extend (the event moves the due time, which a plain write cannot),
+// nor with replication acks on (a SET XX's doubt needs the script path's
+// handling): those go through join_round.lua.
 
 // payloadKey is a hash round's payload key (its latest args).
 func payloadKey(rkey string, token Token) string {
 	return rkey + "a" + strconv.FormatUint(uint64(token), 10)
 }
 
-// lastKeyed says whether a policy's rounds get a payload key.
+// lastKeyed says whether a policy's rounds get a payload key: local_joins
+// on (a fixed-window debounce with payload last, policy.go checks).
 func (p *compiled) lastKeyed() bool {
-	return p.Mode == ModeDebounce && p.Payload == PayloadLast && !p.Extend && p.LocalJoins != LocalJoinsOff
+	return p.LocalJoins == LocalJoinsOn && p.Mode == ModeDebounce && p.Payload == PayloadLast && !p.Extend
 }
 
 // setXX is a plain SET key value XX sent like a script call (batch.go):
@@ -55,8 +63,9 @@ type setXX struct{}
 
 var plainSetXX setXX
 
+// KEEPTTL: a SET without it would drop the key's expiry (the round's).
 func (setXX) queue(ctx context.Context, pipe redis.Pipeliner, keys []string, args []any) *redis.Cmd {
-	return pipe.Do(ctx, "set", keys[0], args[0], "xx")
+	return pipe.Do(ctx, "set", keys[0], args[0], "xx", "keepttl")
 }
 
 func (s setXX) EvalSha(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
@@ -74,7 +83,7 @@ func (s setXX) Run(ctx context.Context, c redis.Scripter, keys []string, args ..
 	if d, ok := c.(interface {
 		Do(ctx context.Context, args ...any) *redis.Cmd
 	}); ok {
-		return d.Do(ctx, "set", keys[0], args[0], "xx")
+		return d.Do(ctx, "set", keys[0], args[0], "xx", "keepttl")
 	}
 	cmd := redis.NewCmd(ctx)
 	cmd.SetErr(errors.New("set xx: the client cannot send commands"))
@@ -83,9 +92,14 @@ func (s setXX) Run(ctx context.Context, c redis.Scripter, keys []string, args ..
 
 // writeLast writes an event's args into the payload key of the round of
 // token: true when it did (the round is pending), false when the key is
-// gone.
+// gone. A write its replicas did not confirm (acks switched on since the
+// caller looked) is an error: the event goes through the script, which
+// handles the doubt (it writes the args again, no harm for payload last).
 func (c *Coalescer) writeLast(ctx context.Context, rkey string, token Token, args []byte) (bool, error) {
-	cmd, _ := c.evalDoubt(ctx, plainSetXX, []string{payloadKey(rkey, token)}, args)
+	cmd, doubt := c.evalDoubt(ctx, plainSetXX, []string{payloadKey(rkey, token)}, args)
+	if doubt != nil {
+		return false, doubt
+	}
 	err := cmd.Err()
 	if errors.Is(err, redis.Nil) {
 		return false, nil

@@ -3,14 +3,32 @@ package debounce_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/coalesce-io/coalesce/debounce"
 )
 
-var lastPolicy = debounce.Policy{Type: "last", Mode: debounce.ModeDebounce, Window: 10 * time.Second, Payload: debounce.PayloadLast, KeyFields: []string{"k"}}
+var lastPolicy = debounce.Policy{Type: "last", Mode: debounce.ModeDebounce, Window: 10 * time.Second, Payload: debounce.PayloadLast,
+	KeyFields: []string{"k"}, LocalJoins: debounce.LocalJoinsOn}
+
+// lastKeyBackends are the backends where local_joins: on is allowed: all
+// but the Cluster.
+func lastKeyBackends(t *testing.T, test func(t *testing.T, b backend)) {
+	t.Helper()
+	for _, b := range backends(t) {
+		if b.name == "cluster" {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, b)
+		})
+	}
+}
 
 // lastArgs is the i-th event of key k.
 func lastArgs(k, i int) string { return fmt.Sprintf(`{"k":%d,"i":%d}`, k, i) }
@@ -23,7 +41,7 @@ func lastArgs(k, i int) string { return fmt.Sprintf(`{"k":%d,"i":%d}`, k, i) }
 // drops only the counts: no event is submitted again, no second job.
 func TestLastJoinsWriteTheirArgsFirst(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	lastKeyBackends(t, func(t *testing.T, b backend) {
 		f := newFixture(t, b, lastPolicy)
 		ctx := context.Background()
 		opened := f.submit(t, "last", lastArgs(1, 0))
@@ -36,6 +54,12 @@ func TestLastJoinsWriteTheirArgsFirst(t *testing.T) {
 		}
 		if n := f.c.LocalStats().Joined; n != 5 {
 			t.Fatalf("%d joined locally, want 5", n)
+		}
+		// The payload key keeps the round's expiry (SET XX KEEPTTL).
+		rkey := debounce.RoundRedisKey(f.c, debounce.Job{Type: "last", Key: opened.Key, Mode: debounce.ModeDebounce})
+		pk := rkey + "a" + strconv.FormatUint(uint64(opened.Round), 10)
+		if a, b := b.rdb.PExpireTime(ctx, pk).Val(), b.rdb.PExpireTime(ctx, rkey).Val(); a <= 0 || a != b {
+			t.Errorf("payload key expires at %v, its round at %v", a, b)
 		}
 		// A worker (another process) takes the round at its due time,
 		// before this producer flushed a single count.
@@ -76,7 +100,7 @@ func TestLastJoinsWriteTheirArgsFirst(t *testing.T) {
 // close deleted it) and it goes to Redis, which opens the next round.
 func TestLastJoinAfterTheRoundClosed(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	lastKeyBackends(t, func(t *testing.T, b backend) {
 		for _, how := range []string{"take", "cancel"} {
 			f := newFixture(t, b, lastPolicy)
 			ctx := context.Background()
@@ -100,6 +124,12 @@ func TestLastJoinAfterTheRoundClosed(t *testing.T) {
 			if d.Outcome != debounce.OutcomeScheduled || d.Round == opened.Round || d.Events != 1 {
 				t.Errorf("%s: the event after it: %+v, want a new round opened", how, d)
 			}
+			// After the cancel the producer's entry is still live: the
+			// event's SET XX found no payload key (not a local join).
+			// After the take it is past its local time: straight to Redis.
+			if n := f.c.LocalStats().Joined; n != 1 {
+				t.Errorf("%s: %d joined locally, want the one before the close", how, n)
+			}
 		}
 	})
 }
@@ -113,7 +143,7 @@ func TestLastPayloadKeyStaysTheLatest(t *testing.T) {
 	t.Parallel()
 	off := lastPolicy
 	off.LocalJoins = debounce.LocalJoinsOff
-	eachBackend(t, func(t *testing.T, b backend) {
+	lastKeyBackends(t, func(t *testing.T, b backend) {
 		for _, order := range []string{"local-then-script", "script-then-local", "opened-without-key"} {
 			f := newFixture(t, b, lastPolicy)
 			scripted := f.other(t, off)
@@ -154,7 +184,7 @@ func TestLastPayloadKeyStaysTheLatest(t *testing.T) {
 // only.
 func TestInspectShowsTheLatestArgs(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
+	lastKeyBackends(t, func(t *testing.T, b backend) {
 		f := newFixture(t, b, lastPolicy)
 		ctx := context.Background()
 		d := f.submit(t, "last", lastArgs(4, 0))
@@ -170,4 +200,31 @@ func TestInspectShowsTheLatestArgs(t *testing.T) {
 			t.Errorf("InspectMany: %+v %v %v", rounds, found, err)
 		}
 	})
+}
+
+// TestLocalJoinsOnIsRefusedWhereItCannotHold: local_joins on is refused,
+// naming the field, on a policy other than a fixed-window payload last
+// debounce, and on a Cluster; auto keeps payload last going to Redis.
+func TestLocalJoinsOnIsRefusedWhereItCannotHold(t *testing.T) {
+	t.Parallel()
+	for _, p := range []debounce.Policy{
+		{Type: "first", Mode: debounce.ModeDebounce, Window: time.Second, LocalJoins: debounce.LocalJoinsOn},
+		{Type: "ext", Mode: debounce.ModeDebounce, Window: time.Second, Extend: true, MaxWait: time.Minute, Payload: debounce.PayloadLast, LocalJoins: debounce.LocalJoinsOn},
+		{Type: "acc", Mode: debounce.ModeDebounce, Window: time.Second, Payload: debounce.PayloadAccumulate, LocalJoins: debounce.LocalJoinsOn},
+	} {
+		var pe *debounce.PolicyError
+		if err := p.Validate(); !errors.As(err, &pe) || pe.Field != "local_joins" {
+			t.Errorf("%s with local_joins on: %v, want a policy error naming local_joins", p.Type, err)
+		}
+	}
+	for _, b := range backends(t) {
+		if b.name != "cluster" {
+			continue
+		}
+		_, err := debounce.New(debounce.Config{Redis: b.rdb, Policies: []debounce.Policy{lastPolicy}})
+		var pe *debounce.PolicyError
+		if !errors.As(err, &pe) || pe.Field != "local_joins" {
+			t.Errorf("local_joins on with a Cluster client: %v, want a policy error naming local_joins", err)
+		}
+	}
 }

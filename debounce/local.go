@@ -53,6 +53,12 @@ const (
 	LocalJoinsAuto LocalJoins = ""
 	// LocalJoinsOff: every event goes to Redis.
 	LocalJoinsOff LocalJoins = "off"
+	// LocalJoinsOn (a policy's only): auto, and payload last with a fixed
+	// window too: its events are answered once their args are in the
+	// round's payload key (lastkey.go). Every producer and worker of the
+	// type must run a version with payload keys and this setting, on a
+	// single-node or Sentinel Redis.
+	LocalJoinsOn LocalJoins = "on"
 )
 
 // Defaults of the local-join settings of Config.

@@ -310,16 +310,14 @@ func TestLocalJoinsStopAtTheGuard(t *testing.T) {
 	})
 }
 
-// TestLocalJoinsOnlyWhereSafe: payload accumulate, dedup until start or
-// success, throttle with trailing, extend with payload last, and a policy
-// or Coalescer with local joins off send every event to Redis; payload last
-// (fixed window) joins locally only once the event's args are in its
-// round's payload key (lastkey.go: TestLastJoinsWriteTheirArgsFirst).
+// TestLocalJoinsOnlyWhereSafe: payload last (unless local_joins is on:
+// lastkey_test.go) and accumulate, dedup until start or success, throttle
+// with trailing, and a policy or Coalescer with local joins off send
+// every event to Redis.
 func TestLocalJoinsOnlyWhereSafe(t *testing.T) {
 	t.Parallel()
 	policies := []debounce.Policy{
-		{Type: "last_extend", Mode: debounce.ModeDebounce, Window: time.Minute, Extend: true, MaxWait: time.Hour, Payload: debounce.PayloadLast, KeyFields: []string{"k"}},
-		{Type: "last_off", Mode: debounce.ModeDebounce, Window: time.Minute, Payload: debounce.PayloadLast, LocalJoins: debounce.LocalJoinsOff, KeyFields: []string{"k"}},
+		{Type: "last", Mode: debounce.ModeDebounce, Window: time.Minute, Payload: debounce.PayloadLast, KeyFields: []string{"k"}},
 		{Type: "accum", Mode: debounce.ModeDebounce, Window: time.Minute, Payload: debounce.PayloadAccumulate, KeyFields: []string{"k"}},
 		{Type: "start", Mode: debounce.ModeDedup},
 		{Type: "success", Mode: debounce.ModeDedup, Until: debounce.UntilSuccess},

@@ -134,7 +134,12 @@ type Policy struct {
 
 	// LocalJoins: "off" sends every event of this type to Redis; the
 	// default ("auto") answers locally where that cannot lose an event
-	// (local.go), unless Config.LocalJoins turns it off for all types.
+	// (local.go), unless Config.LocalJoins turns it off for all types;
+	// "on" (payload last, fixed window) also answers an event once its
+	// args are in its round's payload key, one plain SET instead of a
+	// script (lastkey.go): every producer and worker of the type must run
+	// a version with payload keys and this setting, on a single-node or
+	// Sentinel Redis.
 	LocalJoins LocalJoins `yaml:"local_joins"`
 }
 
@@ -250,8 +255,12 @@ func (p Policy) Validate() error {
 	}
 	switch p.LocalJoins {
 	case LocalJoinsAuto, "auto", LocalJoinsOff:
+	case LocalJoinsOn:
+		if p.Mode != ModeDebounce || p.Payload != PayloadLast || p.Extend {
+			return bad("local_joins", "on applies to debounce with payload last and a fixed window (no extend); use auto")
+		}
 	default:
-		return bad("local_joins", "%q is not a setting; use auto or off", p.LocalJoins)
+		return bad("local_joins", "%q is not a setting; use auto, on or off", p.LocalJoins)
 	}
 	if !p.Exclusive && p.Lease != 0 {
 		return bad("lease", "only applies to exclusive policies; remove it or set exclusive: true")

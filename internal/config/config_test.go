@@ -538,7 +538,7 @@ func TestLoadRefuses(t *testing.T) {
 		{"local joins clock skew", "local_joins:\n  clock_skew: 2m\n",
 			nil, `FILE:2: local_joins.clock_skew: 2m0s is outside 1ms to 1m`},
 		{"policy local joins", "policies:\n  recompute:\n    mode: debounce\n    window: 1s\n    local_joins: never\n",
-			nil, `FILE:5: policies.recompute.local_joins: "never" is not a setting; use auto or off`},
+			nil, `FILE:5: policies.recompute.local_joins: "never" is not a setting; use auto, on or off`},
 
 		// Policies.
 		{"debounce without window", "policies:\n  recompute:\n    mode: debounce\n",
