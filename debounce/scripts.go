@@ -11,7 +11,11 @@ import (
 // shares the round's hash tag, except where a script serves many rounds at
 // once, which happens only on a single node (the flush groups its calls by
 // slot; due lists, deferred.go, exist only on a single-node or Sentinel
-// Redis).
+// Redis), and a hash round's payload key (lastkey.go): open_round.lua,
+// join_tail.lua, take_round.lua and reap.lua reach it by its name (the
+// round's key, "a" and the token read from the round), on the round's slot;
+// it exists only where a policy has local_joins on, which is refused on a
+// Cluster, and elsewhere those touches find no key.
 var (
 	//go:embed scripts/open_packed.lua
 	openPackedLua string
