@@ -6,7 +6,9 @@
 # and a nats-server 2.12+ with JetStream at NATS_URL; FLUSHALL before each
 # run. Prints one line per run: rep|workload|asynq JSON|coalesce JSON.
 # ROWS picks workloads by name (default: all), e.g. ROWS="cold-c50 last-c1".
-# Debounce rounds wait as JetStream schedules (schedules: auto) unless
+# The last-on rows give the policy local_joins: on (payload keys, a `coalesce
+# bench` since issue 25's second pass). Debounce rounds wait as JetStream
+# schedules (schedules: auto) unless
 # SCHEDULES=redis holds them in Redis until due (the issue-25 figures in
 # docs/performance.md were taken with rounds held in Redis).
 set -u
@@ -27,6 +29,8 @@ WORKLOADS=(
   "cold-c1 20000 20000 1 taskid_processin --payload first"
   "last-c50 100000 1000 50 taskid --payload last"
   "last-c1 30000 1000 1 taskid --payload last"
+  "last-on-c50 100000 1000 50 taskid --payload last --local-joins on"
+  "last-on-c1 30000 1000 1 taskid --payload last --local-joins on"
   "accumulate-c50 100000 1000 50 taskid --payload accumulate"
   "accumulate-c1 30000 1000 1 taskid --payload accumulate"
   "extend-c50 100000 1000 50 taskid --mode extend"

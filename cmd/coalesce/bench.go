@@ -35,7 +35,8 @@ cpu) and Redis bytes per round (INFO memory) — give it a Redis of its own.
 
 With no servers given it uses in-process NATS and Redis (miniredis: no CPU
 or memory figures). Modes: debounce, extend, dedup, throttle; payloads:
-first, last, accumulate. --schedules redis|jetstream chooses where debounce
+first, last, accumulate (--local-joins on: payload last joined by one SET).
+--schedules redis|jetstream chooses where debounce
 rounds wait (default: the configuration's, auto); --nats-pid PID adds the
 nats-server's CPU per event; --drain then waits until every round's job is
 published (with a short --window: rounds held in Redis are forwarded when
@@ -51,6 +52,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	mode := fs.String("mode", "debounce", "debounce, extend, dedup or throttle")
 	window := fs.Duration("window", 5*time.Minute, "debounce window (extend: max wait is 2x) or throttle window; long keeps rounds pending through the run")
 	payload := fs.String("payload", "first", "first, last or accumulate")
+	localJoins := fs.String("local-joins", "auto", "library: the policy's local_joins: auto, on (payload last) or off")
 	httpURL := fs.String("http", "", "send through a running daemon at this URL instead of the library")
 	batch := fs.Int("batch", 1000, "with --http: events per batch request; 0 uses POST /v1/events")
 	token := fs.String("token", "", "with --http: bearer token")
@@ -71,7 +73,11 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if *pending < 0 || (*pending > 0 && *httpURL != "") {
 		return usagef("--pending must be a positive count of rounds, and works through the library (not with --http)")
 	}
-	p := debounce.Policy{Type: *jobType, Mode: debounce.Mode(*mode), Window: *window, Payload: debounce.Payload(*payload), KeyFields: []string{"tenant_id"}}
+	p := debounce.Policy{Type: *jobType, Mode: debounce.Mode(*mode), Window: *window, Payload: debounce.Payload(*payload), KeyFields: []string{"tenant_id"},
+		LocalJoins: debounce.LocalJoins(*localJoins)}
+	if p.LocalJoins == "auto" {
+		p.LocalJoins = debounce.LocalJoinsAuto
+	}
 	switch *mode {
 	case "extend":
 		p.Mode, p.Extend, p.MaxWait = debounce.ModeDebounce, true, 2**window
