@@ -170,7 +170,7 @@ type Coalescer struct {
 	idemWindow  time.Duration
 	// sched: where debounce rounds wait (deferred.go).
 	sched *schedState
-	fwd          forwardState
+	fwd   forwardState
 }
 
 // compiled is a validated policy with what Submit needs precomputed.
