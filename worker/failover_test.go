@@ -30,8 +30,16 @@ import (
 // replica: with acks, nothing is accepted before it does.
 func TestFailoverWithSentinel(t *testing.T) {
 	t.Parallel()
-	for _, acks := range []int{debounce.ReplicationOff, debounce.ReplicationAuto} {
-		t.Run(fmt.Sprintf("acks=%d", acks), func(t *testing.T) {
+	for _, c := range []struct {
+		acks  int
+		sched debounce.Schedules
+	}{
+		{debounce.ReplicationOff, debounce.SchedulesJetStream}, {debounce.ReplicationAuto, debounce.SchedulesJetStream},
+		// Rounds held in Redis until due (issue 25) go through the same.
+		{debounce.ReplicationOff, debounce.SchedulesRedis}, {debounce.ReplicationAuto, debounce.SchedulesRedis},
+	} {
+		acks := c.acks
+		t.Run(fmt.Sprintf("acks=%d/schedules=%s", acks, c.sched), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			primary, replica := testenv.NewRedisNode(t, "--repl-diskless-sync-delay", "0"), testenv.NewRedisNode(t, "--repl-diskless-sync-delay", "0")
@@ -42,8 +50,9 @@ func TestFailoverWithSentinel(t *testing.T) {
 			t.Cleanup(func() { _ = rdb.Close() })
 			policy := debounce.Policy{Type: "acc", Mode: debounce.ModeDebounce, Window: time.Second,
 				Payload: debounce.PayloadAccumulate, ItemField: "id", KeyFields: []string{"tenant"}, Fail: debounce.FailClosed}
-			s := newStackWith(t, testenv.NATS(t), rdb, func(c *debounce.Config) {
-				c.Replication = debounce.Replication{Acks: acks, Timeout: 200 * time.Millisecond}
+			s := newStackWith(t, testenv.NATS(t), rdb, func(cfg *debounce.Config) {
+				cfg.Replication = debounce.Replication{Acks: acks, Timeout: 2 * time.Second} // a loaded machine acks in well under 2 s; 200 ms failed the first Submit there
+				cfg.Schedules = c.sched
 			}, policy)
 			watch := s.co.NewFailoverWatch()
 			if _, _, err := watch.Check(ctx); err != nil {
@@ -81,6 +90,11 @@ func TestFailoverWithSentinel(t *testing.T) {
 			if err := primary.Start(); err != nil {
 				t.Fatal(err)
 			}
+			// The Sentinels would reconfigure it within seconds; on a loaded
+			// machine that took longer than this test waits (no replica
+			// connected for 60 s), so it is told at once what they would
+			// tell it.
+			primary.ReplicaOf(t, replica)
 			deadline := time.Now().Add(60 * time.Second)
 			var accepted debounce.Decision
 			for {
