@@ -80,13 +80,14 @@ type Config struct {
 	IdempotencyWindow time.Duration
 
 	// Schedules says where debounce rounds wait for their due time
-	// (deferred.go): SchedulesAuto (the default) gives each round a
-	// JetStream schedule at its opening, and reads the due lists so that
-	// rounds another process holds are forwarded. SchedulesRedis holds
-	// them in Redis (single node or Sentinel), where a forwarder publishes
+	// (deferred.go): SchedulesAuto (the default) holds them in Redis on a
+	// single-node or Sentinel client whose Redis keeps its data (an
+	// append-only file, or replication acks), where a forwarder publishes
 	// each job when due and an opening costs one Redis round trip (4-6x
-	// faster, measured; not yet the default: see holdInRedis);
-	// SchedulesJetStream never reads the due lists.
+	// faster, measured); else (and always on Cluster or Ring) each round
+	// gets a JetStream schedule at its opening, the due lists still read.
+	// SchedulesRedis holds them in Redis whatever the persistence;
+	// SchedulesJetStream never.
 	Schedules Schedules
 	// Forwarding: ForwardingAuto (the default) lets the Coalescer publish,
 	// once due, the rounds held in Redis while any of its types' wait (a

@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Rounds held in Redis until due (Schedules "redis", on a single-node or
-// Sentinel Redis that keeps its data): a debounce round's opening writes, in the
+// Rounds held in Redis until due (Schedules "redis"; auto's choice on a
+// single-node or Sentinel Redis that keeps its data): a debounce round's opening writes, in the
 // one script call that opens it, everything its job needs (the round, its
 // identity, and its entry in its type's due list, a sorted set scored by
 // due time), and answers. No JetStream message is sent at the opening: a
@@ -51,10 +51,11 @@ type Schedules string
 
 // Schedules values.
 const (
-	// SchedulesAuto (also "auto", the default): SchedulesJetStream for
-	// every round opened, the due lists still read and forwarded on a
-	// single-node or Sentinel client, so rounds another process holds
-	// are published (see holdInRedis for why it is not SchedulesRedis).
+	// SchedulesAuto (also "auto", the default): SchedulesRedis on a
+	// single-node or Sentinel client whose Redis keeps its data (an
+	// append-only file, or replica acks on); else SchedulesJetStream
+	// (always on Cluster or Ring), the due lists still read and forwarded
+	// on a single node, so rounds held earlier are published.
 	SchedulesAuto Schedules = ""
 	// SchedulesRedis: the round waits in Redis, in its type's due list; a
 	// forwarder publishes its job when due. One Redis round trip per
@@ -109,9 +110,18 @@ type schedState struct {
 	// may: rounds may be held in Redis (single node or Sentinel; not
 	// "jetstream"): due lists exist and are forwarded.
 	may bool
-	// always: "redis": rounds opened are held in Redis.
+	// always: "redis": rounds opened are held in Redis whatever the
+	// store's durability.
 	always bool
+	// durable (auto): 0 not checked yet, 1 the Redis keeps its data (an
+	// append-only file), 2 it does not; checked (unix ns) when.
+	durable  atomic.Int32
+	checked  atomic.Int64
+	checking atomic.Bool
 }
+
+// durableCheckEvery: how often auto reads again whether Redis keeps its data.
+const durableCheckEvery = 30 * time.Second
 
 // newSchedState checks the Schedules setting against the client.
 func newSchedState(s Schedules, rdb redis.UniversalClient) (*schedState, error) {
@@ -130,16 +140,61 @@ func newSchedState(s Schedules, rdb redis.UniversalClient) (*schedState, error) 
 	return nil, fmt.Errorf("%w: Config.Schedules %q: use %q, %q or %q", ErrInvalidConfig, s, "auto", SchedulesRedis, SchedulesJetStream)
 }
 
-// holdInRedis reports whether a round opened now waits in Redis: only with
-// "redis". Auto gives every round a JetStream schedule: holding rounds in
-// Redis is measured 4-6x faster at the opening (BENCHMARKS, issue 25) and
-// passes the chaos suite's short form, but the long-form failover runs
-// behind the guarantees in docs/reliability.md were made with schedules,
-// so it is not the default until they are repeated on it. Auto still
-// reads the due lists (may), so rounds held by a process set to "redis"
-// are forwarded and filled by every process.
-func (c *Coalescer) holdInRedis(context.Context) bool {
-	return c.sched.may && c.sched.always
+// holdInRedis reports whether a round opened now waits in Redis: always
+// with "redis"; with auto, on a single node or Sentinel whose Redis keeps
+// its data (appendonly yes, or replication acks on): a round held in Redis
+// lives only there until due, so a Redis that restarts empty would lose its
+// job, where a JetStream schedule would still fire (with the first event's
+// args). Measured (docs/performance.md, issue 25) an opening 4-6x faster
+// than with a schedule; the chaos suite's short form and the long-form
+// failover runs (16a, 16b) pass on it.
+func (c *Coalescer) holdInRedis(ctx context.Context) bool {
+	st := c.sched
+	switch {
+	case !st.may:
+		return false
+	case st.always:
+		return true
+	}
+	if c.repl.active(ctx) {
+		return true // every decision waits for a replica: a failover keeps it
+	}
+	switch st.durable.Load() {
+	case 0:
+		c.checkDurable(ctx)
+	default:
+		if time.Since(time.Unix(0, st.checked.Load())) > durableCheckEvery && st.checking.CompareAndSwap(false, true) {
+			go func() {
+				defer st.checking.Store(false)
+				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				c.checkDurable(cctx)
+			}()
+		}
+	}
+	return st.durable.Load() == 1
+}
+
+// checkDurable reads whether Redis writes an append-only file (INFO
+// persistence); a server that does not say (miniredis) counts as not.
+func (c *Coalescer) checkDurable(ctx context.Context) {
+	st := c.sched
+	defer st.checked.Store(time.Now().UnixNano())
+	raw, err := c.rdb.Info(ctx, "persistence").Result()
+	if err != nil {
+		if st.durable.Load() == 0 {
+			st.durable.Store(2)
+		}
+		return
+	}
+	on, _ := infoField(raw, "aof_enabled")
+	durable := int32(2)
+	if on == "1" {
+		durable = 1
+	}
+	if was := st.durable.Swap(durable); was != 0 && was != durable {
+		c.log.Info("redis persistence changed: debounce rounds opened from now on wait in Redis only with an append-only file (schedules: auto)", "aof", on == "1")
+	}
 }
 
 // deferredPolicy says whether a policy's rounds may wait in Redis:

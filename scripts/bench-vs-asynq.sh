@@ -7,10 +7,11 @@
 # run. Prints one line per run: rep|workload|asynq JSON|coalesce JSON.
 # ROWS picks workloads by name (default: all), e.g. ROWS="cold-c50 last-c1".
 # The last-on rows give the policy local_joins: on (payload keys, a `coalesce
-# bench` since issue 25's second pass). Debounce rounds wait as JetStream
-# schedules (schedules: auto) unless
-# SCHEDULES=redis holds them in Redis until due (the issue-25 figures in
-# docs/performance.md were taken with rounds held in Redis).
+# bench` since issue 25's second pass). Debounce rounds wait where
+# schedules: auto puts them (held in Redis when it has an append-only file,
+# as the Redis of docs/performance.md's rows: start it with --appendonly yes;
+# a JetStream schedule each without one) unless SCHEDULES=redis|jetstream
+# says.
 set -u
 REDIS_PORT=${REDIS_PORT:-7911}
 NATS_URL=${NATS_URL:-nats://127.0.0.1:14343}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -477,12 +478,13 @@ func newEnv(t *testing.T, bins binaries, sc scenario) *env {
 		redisAddr, natsAddr = e.redis.Addr, strings.TrimPrefix(e.nats.URL, "nats://")
 	}
 	// COALESCE_CHAOS_SCHEDULES=redis holds every debounce round in Redis
-	// until due (not the default): the path of rounds published by
-	// forwarders, in every scenario but the Cluster's and the embedded
-	// store's (no sorted sets: refused at start). Without it every round
-	// gets a JetStream schedule (auto).
+	// until due, =jetstream gives each a JetStream schedule, in every
+	// scenario but the Cluster's and the embedded store's (no sorted sets:
+	// refused at start). Without it auto decides as in production: held in
+	// Redis where Redis keeps its data (an append-only file: 12a, 12b and
+	// the Sentinel nodes), a schedule each elsewhere.
 	schedYAML := ""
-	e.heldInRedis = false
+	e.heldInRedis = !sc.redisCluster && !sc.embedded && (sc.sentinel || slices.Contains(sc.redisArgs, "--appendonly"))
 	if s := os.Getenv("COALESCE_CHAOS_SCHEDULES"); s != "" && !sc.redisCluster && !sc.embedded {
 		e.heldInRedis = s == string(debounce.SchedulesRedis)
 		if redisYAML != "" {

@@ -115,9 +115,10 @@ type Redis struct {
 	// (debounce.Config.Replication).
 	Replicas RedisReplicas `yaml:"replicas"`
 	// Schedules: where debounce rounds wait for their due time
-	// (debounce.Config.Schedules): "auto" (the default: a JetStream
-	// schedule each, rounds held by other processes still forwarded),
-	// "redis" (held in Redis until due, a forwarder publishes them: 4-6x
+	// (debounce.Config.Schedules): "auto" (the default: held in Redis on a
+	// single node or Sentinel whose Redis has appendonly yes or replica
+	// acks, else a JetStream schedule each), "redis" (held in Redis until
+	// due whatever its persistence, a forwarder publishes them: 4-6x
 	// faster openings; single node or Sentinel) or "jetstream".
 	Schedules string `yaml:"schedules"`
 }
