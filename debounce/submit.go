@@ -439,6 +439,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 	expiry := now.Add(p.lifetime()).UnixMilli()
 	var args []any
 	var keys []string
+	open := uint64(packOpen(rnd)) // the value a round opened now starts with
 	switch {
 	case hold:
 		// Opened published and held in Redis until due, with its identity
@@ -448,13 +449,14 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 			job.Lease = p.Lease // whoever forwards it: the job carries its key's lease
 		}
 		keys = []string{redisKey(c.prefix, p.mix, key, ""), p.dueKey, p.idsKey}
-		args = []any{uint64(packOpen(rnd) | packPub), expiry, nowMs, p.lifeArg, job.DueAt.UnixMilli(), appendIdentity(make([]byte, 0, identitySize(job)), job)}
+		open |= uint64(packPub)
+		args = []any{open, expiry, nowMs, p.lifeArg, job.DueAt.UnixMilli(), appendIdentity(make([]byte, 0, identitySize(job)), job)}
 	case p.Mode == ModeThrottle:
 		wrnd := newRnd()
-		args = []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifeArg, uint64(packOpen(wrnd)), p.windowArg, boolArg(p.Trailing), p.trailingArg}
+		args = []any{open, expiry, nowMs, p.lifeArg, uint64(packOpen(wrnd)), p.windowArg, boolArg(p.Trailing), p.trailingArg}
 		keys = c.keys(p, key)
 	default:
-		args = []any{uint64(packOpen(rnd)), expiry, nowMs, p.lifeArg}
+		args = []any{open, expiry, nowMs, p.lifeArg}
 		keys = c.keys(p, key)
 	}
 	var res []int64
@@ -463,7 +465,13 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 	if id == nil {
 		var cmd *redis.Cmd
 		cmd, doubt = c.evalDoubt(ctx, openPackedScript, keys, args...)
-		res, err = cmd.Int64Slice()
+		if st, ok := cmd.Val().(int64); ok && cmd.Err() == nil {
+			// An opening answers with its status alone (open_packed.lua):
+			// its value and expiry are the ones sent.
+			res = []int64{st, int64(open), expiry}
+		} else {
+			res, err = cmd.Int64Slice()
+		}
 	} else {
 		res, replayed, doubt, err = c.evalIdempotent(ctx, openPackedIdemScript, id, keys, args...)
 	}

@@ -9,6 +9,9 @@
 -- ARGV[1..m-2] -> the decision script's ARGV
 -- ARGV[m-1]    -> digest of the event (its type, key and canonical args)
 -- ARGV[m]      -> how long the record is kept, ms
+-- ARGV[1], ARGV[2] -> (the decision's) for open_packed.lua, the value and
+--                 expiry of a round it opens: its reply is then OPENED
+--                 alone, and the record holds {OPENED, value, expiry}
 -- Returns:
 --   {REUSED}                  the key was used with another event: nothing done
 --   decide()'s reply .. FRESH  decided now, and recorded
@@ -19,6 +22,7 @@
 local REUSED, FRESH, REPLAYED = -1, 0, 1
 
 local record, window, digest = KEYS[#KEYS], ARGV[#ARGV], ARGV[#ARGV - 1]
+local opened_value, opened_expiry = ARGV[1], ARGV[2]
 local rec = redis.call('GET', record)
 if rec then
   local sep = string.find(rec, '\n', 1, true)
@@ -43,6 +47,11 @@ local function decide()
 end
 
 local res = decide()
+if type(res) == 'number' then
+  -- open_packed.lua's bare OPENED: recorded, and answered, as the table
+  -- its other replies are.
+  res = {res, tonumber(opened_value), tonumber(opened_expiry)}
+end
 local parts = {}
 for i, v in ipairs(res) do
   -- %.0f: tostring would write integers above 2^47 with 14 digits
