@@ -323,3 +323,42 @@ func newHeldCoalescer(t *testing.T, f *fixture, policies ...debounce.Policy) *de
 	}
 	return c
 }
+
+// TestHeldOpeningReplaysItsDecision: a held opening answers with its status
+// alone (open_packed.lua, issue 25's third pass); sent again with its
+// idempotency key, the event gets the same decision back (round, due time,
+// count), from the record idempotent.lua wrote for the bare reply, counts
+// nothing again, and the round's job runs once.
+func TestHeldOpeningReplaysItsDecision(t *testing.T) {
+	t.Parallel()
+	pol := debounce.Policy{Type: "first", Mode: debounce.ModeDebounce, Window: 10 * time.Second, KeyFields: []string{"t"}}
+	deferredBackends(t, func(t *testing.T, b backend) {
+		f := heldFixture(t, b, pol)
+		d1, err := f.submitKeyed(t, "first", `{"t":1}`, "k-1")
+		if err != nil || d1.Replayed || d1.Outcome != debounce.OutcomeScheduled || d1.Events != 1 {
+			t.Fatalf("opening: %+v %v", d1, err)
+		}
+		r1, err := f.submitKeyed(t, "first", `{"t":1}`, "k-1")
+		if err != nil || !r1.Replayed {
+			t.Fatalf("retry: %+v %v", r1, err)
+		}
+		r1.Replayed = false
+		if r1 != d1 {
+			t.Errorf("retry answered %+v, want the opening %+v", r1, d1)
+		}
+		if d := f.submit(t, "first", `{"t":1}`); d.Events != 2 || d.Round != d1.Round {
+			t.Errorf("a plain event after the retry: %+v, want the second event of round %v", d, d1.Round)
+		}
+		f.clock.Advance(10 * time.Second)
+		if rep := f.forward(t); rep.Published != 1 {
+			t.Fatalf("forward: %+v", rep)
+		}
+		jobs := f.pub.all()
+		if len(jobs) != 1 {
+			t.Fatalf("%d jobs, want 1", len(jobs))
+		}
+		if rel := f.start(t, jobs[0]); rel.Result != debounce.ReleaseReleased || rel.Summary.Events != 2 {
+			t.Errorf("job: %+v, want 2 events", rel)
+		}
+	})
+}
