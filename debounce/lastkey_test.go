@@ -138,13 +138,15 @@ func TestLastJoinAfterTheRoundClosed(t *testing.T) {
 // with local joins off, or one that does not know the round) write the
 // payload key too, so whichever way the last event came, the job runs
 // with its args; a round opened by a producer that gives it no payload
-// key (local joins off) is joined through the script by one that would.
+// key (local joins off) is joined through the script by one that would;
+// and a round opened by an older version, whose hash does not say whether
+// it has a payload key, still gets its latest args there.
 func TestLastPayloadKeyStaysTheLatest(t *testing.T) {
 	t.Parallel()
 	off := lastPolicy
 	off.LocalJoins = debounce.LocalJoinsOff
 	lastKeyBackends(t, func(t *testing.T, b backend) {
-		for _, order := range []string{"local-then-script", "script-then-local", "opened-without-key"} {
+		for _, order := range []string{"local-then-script", "script-then-local", "opened-without-key", "opened-by-an-older-version"} {
 			f := newFixture(t, b, lastPolicy)
 			scripted := f.other(t, off)
 			ctx := context.Background()
@@ -169,6 +171,17 @@ func TestLastPayloadKeyStaysTheLatest(t *testing.T) {
 				submitVia(scripted, 0)
 				submitVia(f.c, 1) // learns the round (a script join)
 				submitVia(f.c, 2) // its SET XX finds no key: the script
+			case "opened-by-an-older-version":
+				// A round opened before its hash said whether it has a
+				// payload key (no field z): a script join still writes the
+				// key, which the take prefers to the hash's args.
+				d := submitVia(f.c, 0)
+				rkey := debounce.RoundRedisKey(f.c, debounce.Job{Type: "last", Key: d.Key, Mode: debounce.ModeDebounce})
+				if n := b.rdb.HDel(ctx, rkey, "z").Val(); n != 1 {
+					t.Fatalf("the round's hash has no field z (%d removed)", n)
+				}
+				submitVia(f.c, 1) // local
+				submitVia(scripted, 2)
 			}
 			f.clock.Advance(10 * time.Second)
 			rel := f.start(t, f.pub.distinct()[0])

@@ -28,13 +28,14 @@ local extend_ms, max_wait_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local payload, data, max_items = ARGV[4], ARGV[5], tonumber(ARGV[6])
 if payload == 'last+' then payload = 'last' end
 
-local function add_item()
-  if redis.call('HSETNX', key, 'i' .. data, '1') == 1 then
-    return redis.call('HINCRBY', key, 'm', 1)
-  end
-  return -1
+-- The fields the join reads (join_tail.lua): f[7] is m with payload
+-- accumulate, z otherwise; f[8] q (accumulate). Each field costs its
+-- HMGET a scan of the hash.
+local f
+if payload == 'accumulate' then
+  f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'm', 'q')
+else
+  f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'z')
 end
-
-local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v')
 if not f[1] then return {ABSENT} end
 

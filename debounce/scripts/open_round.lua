@@ -3,7 +3,9 @@
 -- those payloads (KEYS[2] is then the window key, as in open_packed.lua).
 -- Hash fields: t token, n count, f first seen, l last seen, d due (unix ms),
 -- p published (0/1), v version of the published schedule, a last args,
--- m distinct items, one field "i" .. item per accumulated item, and the
+-- m distinct items, one field "i" .. item per accumulated item, z 1 when
+-- a round with payload last has a payload key (lastkey.go), 0 when not
+-- (absent: opened before issue 25's third pass; it may have one), and the
 -- round's identity, set at opening, from which the reaper can publish the
 -- job again if the stream loses it (identity.go): k the round key (32 bytes)
 -- then the job type, g the fingerprint (32 bytes) when it differs from the
@@ -103,24 +105,30 @@ if throttle and redis.call('EXISTS', KEYS[2]) == 1 then
   expiry = wexp + tonumber(trailing_ms)
 end
 
-local function add_item()
-  if redis.call('HSETNX', key, 'i' .. data, '1') == 1 then
-    return redis.call('HINCRBY', key, 'm', 1)
-  end
-  return -1
-end
-
 -- One HMGET tells a new key (no token) from a round to join, and gives
 -- what the reply needs.
-local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v')
+-- The fields the join reads (join_tail.lua): f[7] is m with payload
+-- accumulate, z otherwise; f[8] q (accumulate). Each field costs its
+-- HMGET a scan of the hash.
+local f
+if payload == 'accumulate' then
+  f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'm', 'q')
+else
+  f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'z')
+end
 if not f[1] then
   local published, fire = 0, 0
   if deferred then published = 1 end
   local h = {'t', token, 'n', 1, 'f', now, 'l', now, 'd', due, 'p', published, 'v', 0, 'k', id_key}
   if id_fingerprint ~= '' then h[#h + 1], h[#h + 2] = 'g', id_fingerprint end
   if id_args ~= '' then h[#h + 1], h[#h + 2] = 'o', id_args end
-  if payload == 'last' then h[#h + 1], h[#h + 2] = 'a', data end
-  if payload == 'accumulate' then h[#h + 1], h[#h + 2] = 'm', 0 end
+  if payload == 'last' then
+    -- z: whether the round has a payload key (join_tail.lua)
+    h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'a', data, 'z', 0
+    if payload_key then h[#h] = 1 end
+  end
+  -- The opening event's item is the first: m 1.
+  if payload == 'accumulate' then h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'm', 1, 'i' .. data, 1 end
   if deferred then
     h[#h + 1], h[#h + 2] = 'q', 1
     if trace ~= '' then h[#h + 1], h[#h + 2] = 'tp', trace end
@@ -132,7 +140,7 @@ if not f[1] then
     -- reads and deletes it with the round.
     redis.call('SET', key .. 'a' .. token, data, 'PXAT', expiry)
   end
-  if payload == 'accumulate' and add_item() >= max_items then
+  if payload == 'accumulate' and max_items <= 1 then
     fire = 1
     due = now
     redis.call('HSET', key, 'd', due)
