@@ -32,11 +32,12 @@ if extend_ms > 0 then
     moved = true
   end
 end
-if payload == 'accumulate' and redis.call('HSETNX', key, 'i' .. data, '1') == 1 then
+if payload == 'accumulate' and redis.call('HEXISTS', key, 'i' .. data) == 0 then
   -- A new distinct item: m counts them; the one that fills the round
-  -- makes it due now.
+  -- makes it due now. HEXISTS, not HSETNX: a read, so that the join is one
+  -- write (one command to the AOF and the replicas, no MULTI around it).
   local m = (tonumber(f[7]) or 0) + 1
-  h[#h + 1], h[#h + 2] = 'm', m
+  h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'm', m, 'i' .. data, 1
   if m == max_items then
     d = now
     moved = true
