@@ -15,7 +15,8 @@ import (
 // waiting when it is free and sends them as one pipeline. A lone caller finds
 // an idle sender and goes out at once (no fixed delay); under load, calls
 // that arrive while a pipeline is in flight ride the next one. Each call is
-// still one EVALSHA: atomicity and behaviour are the same as unbatched.
+// still one EVALSHA, but for held openings of one type, which share one
+// (heldmany.go): atomicity and behaviour are the same as unbatched.
 
 // DefaultPipelines is how many pipelines a Coalescer keeps in flight.
 const DefaultPipelines = 4
@@ -93,16 +94,24 @@ type batcher struct {
 	c        *Coalescer // its pipelines go out through c.runScripts
 	rdb      redis.UniversalClient
 	queue    chan *call
-	max      int32
+	max      atomic.Int32
 	active   atomic.Int32
 	inflight atomic.Int32 // calls under way, direct or queued
+	// gate, when set (tests: HoldBatch), sends every call through the
+	// queue and holds a sender's batch until the channel is closed.
+	gate atomic.Pointer[chan struct{}]
+	// merged counts the held openings decided in a call shared with
+	// others of their type (heldmany.go).
+	merged atomic.Int64
 }
 
 // senderIdle is how long a sender waits for work before it stops.
 const senderIdle = 200 * time.Millisecond
 
 func newBatcher(c *Coalescer, pipelines int) *batcher {
-	return &batcher{c: c, rdb: c.rdb, queue: make(chan *call, 4096), max: int32(pipelines)}
+	b := &batcher{c: c, rdb: c.rdb, queue: make(chan *call, 4096)}
+	b.max.Store(int32(pipelines))
+	return b
 }
 
 // eval runs script through the batch queue and returns its reply and its
@@ -111,7 +120,7 @@ func newBatcher(c *Coalescer, pipelines int) *batcher {
 // batching.
 func (b *batcher) eval(ctx context.Context, script evaler, keys []string, args ...any) (*redis.Cmd, error) {
 	defer b.inflight.Add(-1)
-	if b.inflight.Add(1) == 1 {
+	if b.inflight.Add(1) == 1 && b.gate.Load() == nil {
 		if !b.c.repl.active(ctx) {
 			return script.Run(ctx, b.rdb, keys, args...), nil
 		}
@@ -136,7 +145,7 @@ func (b *batcher) eval(ctx context.Context, script evaler, keys []string, args .
 func (b *batcher) wake() {
 	for len(b.queue) > 0 {
 		a := b.active.Load()
-		if a >= b.max {
+		if a >= b.max.Load() {
 			return
 		}
 		if b.active.CompareAndSwap(a, a+1) {
@@ -158,6 +167,9 @@ func (b *batcher) send() {
 			b.active.Add(-1)
 			b.wake() // a call may have arrived after we gave up
 			return
+		}
+		if g := b.gate.Load(); g != nil {
+			<-*g
 		}
 	more:
 		for len(batch) < maxBatch {
@@ -189,7 +201,9 @@ func (b *batcher) run(batch []*call) {
 		live = append(live, &c.scriptCall)
 	}
 	if len(live) > 0 {
-		b.c.runScripts(ctx, live, nil)
+		send, split := b.mergeHeld(ctx, live)
+		b.c.runScripts(ctx, send, nil)
+		split()
 	}
 	for _, c := range batch {
 		c.done <- struct{}{}

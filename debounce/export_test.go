@@ -1,5 +1,7 @@
 package debounce
 
+import "time"
+
 // SeenRoundTrip is what a packed round's last-seen field keeps of an offset
 // of ms after the round's base: tests compare the scripts' encoding with it.
 func SeenRoundTrip(ms int64) int64 { return decodeSeen(encodeSeen(ms)) }
@@ -11,6 +13,32 @@ func HoldFlushes(c *Coalescer) (release func()) {
 	c.local.held.Store(true)
 	return func() { c.local.held.Store(false) }
 }
+
+// HoldBatch makes c's Redis calls wait in its batch queue, one sender
+// taking them, until release: queued(n) waits until n calls are under way;
+// released, they go out in one pipeline (batch.go, heldmany.go).
+func HoldBatch(c *Coalescer) (queued func(n int) bool, release func()) {
+	gate := make(chan struct{})
+	c.batch.max.Store(1)
+	c.batch.gate.Store(&gate)
+	queued = func(n int) bool {
+		for range 2000 {
+			if int(c.batch.inflight.Load()) >= n {
+				return true
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return false
+	}
+	return queued, func() {
+		c.batch.gate.Store(nil)
+		close(gate)
+	}
+}
+
+// HeldMerged is how many held openings c has decided in a call shared
+// with others of their type (heldmany.go).
+func HeldMerged(c *Coalescer) int64 { return c.batch.merged.Load() }
 
 // RoundRedisKey is the Redis key of a job's round.
 func RoundRedisKey(c *Coalescer, job Job) string { return c.jobRedisKey(job) }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -359,6 +360,111 @@ func TestHeldOpeningReplaysItsDecision(t *testing.T) {
 		}
 		if rel := f.start(t, jobs[0]); rel.Result != debounce.ReleaseReleased || rel.Summary.Events != 2 {
 			t.Errorf("job: %+v, want 2 events", rel)
+		}
+	})
+}
+
+// TestHeldOpeningsOfABatchShareOneCall: held openings that meet in one
+// pipeline are decided by one script call per type (heldmany.go,
+// open_held_many.lua), each event with the decision it would have had
+// alone: new keys open, a second event of a key joins the round the first
+// opened, each type's rounds are listed in its own due list, an event
+// whose key holds a round of the other layout (a payload change with
+// rounds pending) gets its WRONGTYPE alone and joins that round as it
+// would alone, and every round's job runs once with its events.
+func TestHeldOpeningsOfABatchShareOneCall(t *testing.T) {
+	t.Parallel()
+	polA := debounce.Policy{Type: "first", Mode: debounce.ModeDebounce, Window: 10 * time.Second, KeyFields: []string{"t"}}
+	polB := polA
+	polB.Type = "second"
+	deferredBackends(t, func(t *testing.T, b backend) {
+		f := heldFixture(t, b, polA, polB)
+		ctx := context.Background()
+		ev := func(typ string, n int) debounce.Event {
+			return debounce.Event{Type: typ, Args: json.RawMessage(fmt.Sprintf(`{"t":%d}`, n))}
+		}
+		// A key that holds a hash: alone, its event takes it for a round
+		// of the other layout and opens a hash round there (TestPayload-
+		// ChangeWithRoundsPending); in the batch, the event joins it.
+		bad := ev("first", 99)
+		badKey, err := f.c.RoundKeyOf(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.rdb.HSet(ctx, debounce.RoundRedisKey(f.c, debounce.Job{Type: "first", Key: badKey, Mode: debounce.ModeDebounce}), "x", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		alone, aloneErr := f.c.Submit(ctx, bad)
+
+		events := []debounce.Event{ev("first", 1), ev("first", 2), ev("first", 3), ev("first", 1), ev("second", 1), ev("second", 2), bad}
+		queued, release := debounce.HoldBatch(f.c)
+		got := make([]debounce.Decision, len(events))
+		errs := make([]error, len(events))
+		var wg sync.WaitGroup
+		for i, e := range events {
+			wg.Go(func() { got[i], errs[i] = f.c.Submit(ctx, e) })
+		}
+		if !queued(len(events)) {
+			release()
+			t.Fatal("the events never all waited in the batch queue")
+		}
+		release()
+		wg.Wait()
+		if n := debounce.HeldMerged(f.c); n != int64(len(events)) {
+			t.Errorf("%d held openings decided in a shared call, want %d", n, len(events))
+		}
+		due := f.clock.Now().Add(10 * time.Second)
+		opened, joined := 0, 0
+		for i, d := range got[:6] {
+			if errs[i] != nil || !d.DueAt.Equal(due) {
+				t.Fatalf("event %d: %+v %v, want due at %v", i, d, errs[i], due)
+			}
+			switch {
+			case d.Outcome == debounce.OutcomeScheduled && d.Events == 1:
+				opened++
+			case d.Outcome == debounce.OutcomeCoalesced && d.Events == 2:
+				joined++
+			default:
+				t.Errorf("event %d: %+v", i, d)
+			}
+		}
+		if opened != 5 || joined != 1 || got[0].Round != got[3].Round {
+			t.Errorf("%d opened, %d joined, the key's two events in rounds %v and %v; want 5, 1 and one round", opened, joined, got[0].Round, got[3].Round)
+		}
+		if aloneErr != nil || alone.Outcome != debounce.OutcomeScheduled {
+			t.Fatalf("alone, the event on a hash key: %+v %v", alone, aloneErr)
+		}
+		if d, err := got[6], errs[6]; err != nil || d.Outcome != debounce.OutcomeCoalesced || d.Round != alone.Round || d.Events != 2 {
+			t.Errorf("the event on a hash round: %+v %v in the batch, want it to join round %v", d, err, alone.Round)
+		}
+		// The other events' rounds are packed (a hash would mean their
+		// events met the WRONGTYPE of another and took the other layout).
+		for i, d := range got[:6] {
+			rkey := debounce.RoundRedisKey(f.c, debounce.Job{Type: events[i].Type, Key: d.Key, Mode: debounce.ModeDebounce})
+			if typ := b.rdb.Type(ctx, rkey).Val(); typ != "string" {
+				t.Errorf("event %d's round is a %s, want a packed round (string)", i, typ)
+			}
+		}
+		for typ, want := range map[string]int64{"first": 4, "second": 2} {
+			if n := b.rdb.ZCard(ctx, f.prefix+"due:"+typ).Val(); n != want {
+				t.Errorf("%s's due list holds %d rounds, want %d", typ, n, want)
+			}
+		}
+		before := len(f.pub.all())
+		f.clock.Advance(10 * time.Second)
+		if rep := f.forward(t); rep.Published != 6 {
+			t.Fatalf("forward: %+v, want 6 rounds published", rep)
+		}
+		events2 := map[string]int{}
+		for _, job := range f.pub.all()[before:] {
+			rel := f.start(t, job)
+			if rel.Result != debounce.ReleaseReleased {
+				t.Fatalf("job %+v: %+v", job, rel)
+			}
+			events2[job.Type] += rel.Summary.Events
+		}
+		if events2["first"] != 6 || events2["second"] != 2 {
+			t.Errorf("the jobs ran with %v events, want first 6 and second 2", events2)
 		}
 	})
 }
