@@ -16,7 +16,7 @@ import (
 // an idle sender and goes out at once (no fixed delay); under load, calls
 // that arrive while a pipeline is in flight ride the next one. Each call is
 // still one EVALSHA, but for held openings of one type, which share one
-// (heldmany.go): atomicity and behaviour are the same as unbatched.
+// (merge.go): atomicity and behaviour are the same as unbatched.
 
 // DefaultPipelines is how many pipelines a Coalescer keeps in flight.
 const DefaultPipelines = 4
@@ -100,9 +100,9 @@ type batcher struct {
 	// gate, when set (tests: HoldBatch), sends every call through the
 	// queue and holds a sender's batch until the channel is closed.
 	gate atomic.Pointer[chan struct{}]
-	// merged counts the held openings decided in a call shared with
-	// others of their type (heldmany.go).
-	merged atomic.Int64
+	// merged counts the calls decided in a call shared with others of
+	// their kind (merge.go): held openings, joins.
+	merged [2]atomic.Int64
 }
 
 // senderIdle is how long a sender waits for work before it stops.
@@ -201,7 +201,7 @@ func (b *batcher) run(batch []*call) {
 		live = append(live, &c.scriptCall)
 	}
 	if len(live) > 0 {
-		send, split := b.mergeHeld(ctx, live)
+		send, split := b.merge(ctx, live)
 		b.c.runScripts(ctx, send, nil)
 		split()
 	}

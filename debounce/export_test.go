@@ -16,7 +16,7 @@ func HoldFlushes(c *Coalescer) (release func()) {
 
 // HoldBatch makes c's Redis calls wait in its batch queue, one sender
 // taking them, until release: queued(n) waits until n calls are under way;
-// released, they go out in one pipeline (batch.go, heldmany.go).
+// released, they go out in one pipeline (batch.go, merge.go).
 func HoldBatch(c *Coalescer) (queued func(n int) bool, release func()) {
 	gate := make(chan struct{})
 	c.batch.max.Store(1)
@@ -37,8 +37,12 @@ func HoldBatch(c *Coalescer) (queued func(n int) bool, release func()) {
 }
 
 // HeldMerged is how many held openings c has decided in a call shared
-// with others of their type (heldmany.go).
-func HeldMerged(c *Coalescer) int64 { return c.batch.merged.Load() }
+// with others of their type (merge.go).
+func HeldMerged(c *Coalescer) int64 { return c.batch.merged[0].Load() }
+
+// JoinsMerged is how many hash-layout joins c has decided in a call shared
+// with others of their policy (merge.go).
+func JoinsMerged(c *Coalescer) int64 { return c.batch.merged[1].Load() }
 
 // RoundRedisKey is the Redis key of a job's round.
 func RoundRedisKey(c *Coalescer, job Job) string { return c.jobRedisKey(job) }

@@ -365,7 +365,7 @@ func TestHeldOpeningReplaysItsDecision(t *testing.T) {
 }
 
 // TestHeldOpeningsOfABatchShareOneCall: held openings that meet in one
-// pipeline are decided by one script call per type (heldmany.go,
+// pipeline are decided by one script call per type (merge.go,
 // open_held_many.lua), each event with the decision it would have had
 // alone: new keys open, a second event of a key joins the round the first
 // opened, each type's rounds are listed in its own due list, an event

@@ -1,7 +1,7 @@
 -- Open several packed debounce rounds of one type held in Redis until due
 -- (deferred.go), or join those pending: what open_packed.lua does for one
 -- held event, for the held openings that meet in one pipeline (batch.go,
--- mergeHeld). One script call for many events costs Redis less than a
+-- merge.go). One script call for many events costs Redis less than a
 -- call each: measured (issue 25, third pass; redis-benchmark, random keys,
 -- 300-byte identities) 12.7 µs of Redis CPU per opening one call each, 9.7-
 -- 10.0 µs eight to a call. Each event is decided as open_packed.lua decides
