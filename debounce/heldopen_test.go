@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -397,19 +396,7 @@ func TestHeldOpeningsOfABatchShareOneCall(t *testing.T) {
 		alone, aloneErr := f.c.Submit(ctx, bad)
 
 		events := []debounce.Event{ev("first", 1), ev("first", 2), ev("first", 3), ev("first", 1), ev("second", 1), ev("second", 2), bad}
-		queued, release := debounce.HoldBatch(f.c)
-		got := make([]debounce.Decision, len(events))
-		errs := make([]error, len(events))
-		var wg sync.WaitGroup
-		for i, e := range events {
-			wg.Go(func() { got[i], errs[i] = f.c.Submit(ctx, e) })
-		}
-		if !queued(len(events)) {
-			release()
-			t.Fatal("the events never all waited in the batch queue")
-		}
-		release()
-		wg.Wait()
+		got, errs := f.submitBatch(t, events)
 		if n := debounce.HeldMerged(f.c); n != int64(len(events)) {
 			t.Errorf("%d held openings decided in a shared call, want %d", n, len(events))
 		}

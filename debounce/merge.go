@@ -28,7 +28,7 @@ var (
 	//go:embed scripts/join_many.lua
 	joinManyLua string
 
-	openHeldManyScript = redis.NewScript(openHeldManyLua)
+	openHeldManyScript = redis.NewScript(withSeen(openHeldManyLua))
 	joinManyScript     = redis.NewScript(strings.Replace(joinManyLua, "--JOIN--", joinTailLua, 1))
 )
 

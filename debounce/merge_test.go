@@ -14,6 +14,27 @@ import (
 	"github.com/coalesce-io/coalesce/debounce"
 )
 
+// submitBatch submits the events at once, held in f's batch queue until
+// every one waits there (HoldBatch): they go to Redis in one pipeline.
+func (f *fixture) submitBatch(t *testing.T, events []debounce.Event) ([]debounce.Decision, []error) {
+	t.Helper()
+	queued, release := debounce.HoldBatch(f.c)
+	got := make([]debounce.Decision, len(events))
+	errs := make([]error, len(events))
+	var wg sync.WaitGroup
+	for i, e := range events {
+		wg.Go(func() { got[i], errs[i] = f.c.Submit(context.Background(), e) })
+	}
+	if !queued(len(events)) {
+		release()
+		wg.Wait()
+		t.Fatal("the events never all waited in the batch queue")
+	}
+	release()
+	wg.Wait()
+	return got, errs
+}
+
 // TestJoinsOfABatchShareOneCall: hash-layout joins (payload last and
 // accumulate) that meet in one pipeline are decided by one script call per
 // policy (merge.go, join_many.lua), each with the decision it would have
@@ -67,19 +88,7 @@ func TestJoinsOfABatchShareOneCall(t *testing.T) {
 					ev("last", 1, 1), ev("last", 1, 2), ev("last", 2, 3), ev("last", 3, 4),
 					ev("acc", 1, 5), ev("acc", 1, 6), ev("acc", 2, 7), ev("acc", 3, 8),
 				}
-				queued, release := debounce.HoldBatch(f.c)
-				got := make([]debounce.Decision, len(events))
-				errs := make([]error, len(events))
-				var wg sync.WaitGroup
-				for i, e := range events {
-					wg.Go(func() { got[i], errs[i] = f.c.Submit(ctx, e) })
-				}
-				if !queued(len(events)) {
-					release()
-					t.Fatal("the events never all waited in the batch queue")
-				}
-				release()
-				wg.Wait()
+				got, errs := f.submitBatch(t, events)
 				want := int64(len(events))
 				if _, single := b.rdb.(*redis.Client); !single {
 					want = 0 // a Cluster: one call each (its keys would cross slots)

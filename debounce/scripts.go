@@ -2,6 +2,7 @@ package debounce
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -18,7 +19,10 @@ import (
 // Cluster, and elsewhere those touches find no key.
 var (
 	//go:embed scripts/open_packed.lua
-	openPackedLua string
+	openPackedLuaFile string
+	openPackedLua     = withSeen(openPackedLuaFile)
+	//go:embed scripts/seen.lua
+	seenLua string
 	//go:embed scripts/release_packed.lua
 	releasePackedLua string
 	//go:embed scripts/mark_packed.lua
@@ -74,7 +78,7 @@ var (
 	repairRoundScript   = redis.NewScript(repairRoundLua)
 	leaseTakeScript     = redis.NewScript(leaseTakeLua)
 	storeIdentityScript = redis.NewScript(storeIdentityLua)
-	flushPackedScript   = redis.NewScript(flushPackedLua)
+	flushPackedScript   = redis.NewScript(withSeen(flushPackedLua))
 	flushRoundScript    = redis.NewScript(flushRoundLua)
 	uncountStartScript  = redis.NewScript(uncountStartLua)
 	forwardClaimScript  = redis.NewScript(forwardClaimLua)
@@ -97,3 +101,9 @@ const (
 	closeSuperseded = 6  // take: taken by another version's message
 	closeDone       = 7  // take: its job finished a moment ago
 )
+
+// withSeen puts scripts/seen.lua (the packed layout's encoding of the
+// latest event's time) in place of a script's SEEN marker.
+func withSeen(lua string) string {
+	return strings.Replace(lua, "--SEEN--", seenLua, 1)
+}

@@ -160,3 +160,22 @@ func TestScriptsNameTheirArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptsGetTheirShared: the scripts composed from several files have
+// each part in place (scripts/seen.lua, join_tail.lua): a marker left in a
+// script would be a Lua comment, and its call of the part a runtime error.
+func TestScriptsGetTheirShared(t *testing.T) {
+	for name, lua := range map[string]string{
+		"open_packed": openPackedLua, "flush_packed": withSeen(flushPackedLua), "open_held_many": withSeen(openHeldManyLua),
+		"idempotent(open_packed)": wrapIdempotent(openPackedLua), "join_many": strings.Replace(joinManyLua, "--JOIN--", joinTailLua, 1),
+	} {
+		for _, marker := range []string{"--SEEN--", "--JOIN--", "--DECIDE--"} {
+			if strings.Contains(lua, marker) {
+				t.Errorf("%s still has its %s marker", name, marker)
+			}
+		}
+		if strings.Contains(lua, "seen(") && !strings.Contains(lua, "local function seen(ms)") {
+			t.Errorf("%s calls seen but has not got it", name)
+		}
+	}
+}

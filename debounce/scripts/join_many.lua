@@ -33,12 +33,7 @@ for i = from, #KEYS do
   local key, j = KEYS[i], 5 + 2 * (i - from) + 1
   local now, data = tonumber(args[j]), args[j + 1]
   -- The fields the join reads (join_round.lua).
-  local f
-  if payload == 'accumulate' then
-    f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'm', 'q')
-  else
-    f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'z')
-  end
+  local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', payload == 'accumulate' and 'm' or 'z', 'q')
   if not f[1] then
     out[#out + 1] = {ABSENT}
   else

@@ -27,20 +27,9 @@ local CNT = 65536      -- 2^16
 local MAXCNT = 4194303 -- 22 bits
 local due_list, ids = KEYS[1], KEYS[2]
 
--- seen encodes ms >= 0 as a 16-bit float (open_packed.lua, layout.go).
-local function seen(ms)
-  if ms < 2048 then
-    if ms < 0 then return 0 end
-    return math.floor(ms)
-  end
-  local e = 1
-  while ms >= 4096 do
-    ms = math.floor(ms / 2)
-    e = e + 1
-  end
-  if e > 31 then return 65535 end
-  return e * 2048 + math.floor(ms) - 2048
-end
+-- seen encodes ms >= 0 as a 16-bit float (scripts/seen.lua, put here by
+-- scripts.go; layout.go, encodeSeen).
+--SEEN--
 
 local out = {}
 for i = 1, #KEYS - 2 do
