@@ -39,6 +39,17 @@ const (
 	joinArgs = 6
 )
 
+// heldName groups held openings: the type's due list and identity hash.
+type heldName struct{ list, ids string }
+
+// joinName groups joins: the type's due list ("" when its rounds are not
+// held) and the policy's arguments join_round.lua takes for every event
+// (int64 and string values, comparable).
+type joinName struct {
+	list                               string
+	extend, maxWait, payload, maxItems any
+}
+
 // mergeGroup is one shared call and the calls it stands for.
 type mergeGroup struct {
 	call    *scriptCall
@@ -47,8 +58,9 @@ type mergeGroup struct {
 
 // mergeKind says which calls a shared call can stand for, and builds it.
 type mergeKind struct {
-	// group names the shared call sc can join ("" when none).
-	group func(sc *scriptCall) string
+	// group names the shared call sc can join (a comparable value, built
+	// without allocating), ok false when none.
+	group func(sc *scriptCall) (name any, ok bool)
 	// start makes the shared call from its first member; add appends a
 	// member's keys and arguments.
 	start func(sc *scriptCall) *scriptCall
@@ -57,12 +69,12 @@ type mergeKind struct {
 
 var mergeKinds = []mergeKind{
 	{ // held openings of one type: its due list and identity hash
-		group: func(sc *scriptCall) string {
+		group: func(sc *scriptCall) (any, bool) {
 			s, ok := sc.script.(*redis.Script)
 			if !ok || s != openPackedScript || len(sc.keys) != 3 || len(sc.args) != heldArgs {
-				return ""
+				return nil, false
 			}
-			return "h\x00" + sc.keys[1] + "\x00" + sc.keys[2]
+			return heldName{sc.keys[1], sc.keys[2]}, true
 		},
 		start: func(sc *scriptCall) *scriptCall {
 			return &scriptCall{script: openHeldManyScript, keys: []string{sc.keys[1], sc.keys[2]}}
@@ -73,16 +85,16 @@ var mergeKinds = []mergeKind{
 		},
 	},
 	{ // joins of one policy: its due list (if any) and its settings
-		group: func(sc *scriptCall) string {
+		group: func(sc *scriptCall) (any, bool) {
 			s, ok := sc.script.(*redis.Script)
 			if !ok || s != joinRoundScript || len(sc.keys) < 1 || len(sc.keys) > 2 || len(sc.args) != joinArgs {
-				return ""
+				return nil, false
 			}
-			list := ""
+			n := joinName{extend: sc.args[1], maxWait: sc.args[2], payload: sc.args[3], maxItems: sc.args[5]}
 			if len(sc.keys) == 2 {
-				list = sc.keys[1]
+				n.list = sc.keys[1]
 			}
-			return fmt.Sprint("j\x00", list, "\x00", sc.args[1], "\x00", sc.args[2], "\x00", sc.args[3], "\x00", sc.args[5])
+			return n, true
 		},
 		start: func(sc *scriptCall) *scriptCall {
 			shared := &scriptCall{script: joinManyScript, args: []any{"0", sc.args[1], sc.args[2], sc.args[3], sc.args[5]}}
@@ -108,24 +120,24 @@ func (b *batcher) merge(ctx context.Context, calls []*scriptCall) ([]*scriptCall
 	if _, ok := b.rdb.(*redis.Client); !ok {
 		return calls, func() {} // Cluster, Ring: one call each
 	}
-	names := make([]string, len(calls))
+	names := make([]any, len(calls))
 	kinds := make([]int, len(calls))
-	count := map[string]int{}
+	count := map[any]int{}
 	for i, sc := range calls {
 		for k, kind := range mergeKinds {
-			if name := kind.group(sc); name != "" {
+			if name, ok := kind.group(sc); ok {
 				names[i], kinds[i] = name, k
 				count[name]++
 				break
 			}
 		}
 	}
-	groups := map[string]*mergeGroup{}
+	groups := map[any]*mergeGroup{}
 	var order []*mergeGroup
 	send := make([]*scriptCall, 0, len(calls))
 	for i, sc := range calls {
 		name := names[i]
-		if name == "" || count[name] < 2 {
+		if name == nil || count[name] < 2 {
 			send = append(send, sc)
 			continue
 		}
