@@ -169,7 +169,13 @@ func (b *batcher) merge(ctx context.Context, calls []*scriptCall) ([]*scriptCall
 // member.
 func (g *mergeGroup) split(ctx context.Context) {
 	var replies []any
-	err := g.call.cmd.Err()
+	var err error
+	switch {
+	case g.call.cmd == nil:
+		err = fmt.Errorf("shared script call: not sent")
+	default:
+		err = g.call.cmd.Err()
+	}
 	if err == nil {
 		var ok bool
 		if replies, ok = g.call.cmd.Val().([]any); !ok || len(replies) != len(g.members) {
