@@ -148,3 +148,28 @@ func (c *Coalescer) ReleaseKey(ctx context.Context, job Job, owner string) (bool
 	}
 	return held, nil
 }
+
+// NotRun says that the delivery of job that called Start (after TakeKeyFor
+// with run) does not run it after all, for no fault of the job — its key's
+// lease lapsed while Start waited on a slow Redis — so that the delivery
+// is no attempt: a round's job has its start taken back, a bypassed job's
+// delivery is counted as a wait for its key (KeyLease.Waits). Without it,
+// a job delivered while Redis stalls again and again would use up its
+// attempts and be dead-lettered without ever failing.
+func (c *Coalescer) NotRun(ctx context.Context, job Job, run string) error {
+	if job.Token != 0 {
+		if err := uncountStartScript.Run(ctx, c.rdb, []string{c.takenKey(job)}).Err(); err != nil {
+			return fmt.Errorf("%w: take back the start of %s %s: %w", ErrStoreUnavailable, job.Type, job.Key, err)
+		}
+		return nil
+	}
+	waits := redisKey(c.prefix, c.mixOf(job.Type), job.Key, waitsSuffix(job, run))
+	pipe := c.rdb.TxPipeline()
+	pipe.HIncrBy(ctx, waits, "n", 1)
+	pipe.HSetNX(ctx, waits, "since", c.now().UnixMilli())
+	pipe.PExpire(ctx, waits, max(job.TTL, time.Hour))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("%w: count a wait of %s %s: %w", ErrStoreUnavailable, job.Type, job.Key, err)
+	}
+	return nil
+}

@@ -194,3 +194,78 @@ func TestExclusiveStartThatOutlivesItsLease(t *testing.T) {
 		t.Errorf("the next delivery: %+v %v, release %s; want it run with the round its first delivery took", st, err, job.Release)
 	}
 }
+
+// TestSlowStartsAreNoAttempts: an exclusive job whose start outlives its
+// key's lease (Redis stalled) does not run then and comes again; that
+// delivery is no attempt, or a job delivered through a long stretch of
+// Redis stalls is dead-lettered without having failed once (chaos 7a's
+// long form on held rounds: 2 bypassed exclusive jobs dead-lettered,
+// "started 5 times without finishing"). Six slow starts in a row, then
+// the seventh delivery runs: a round's job, and a job published without a
+// reservation (fail open, Token 0).
+func TestSlowStartsAreNoAttempts(t *testing.T) {
+	rdb := testenv.SharedRedis(t).Client(t)
+	var mu sync.Mutex
+	var published []debounce.Job
+	pub := debounce.PublisherFunc(func(_ context.Context, j debounce.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		published = append(published, j)
+		return nil
+	})
+	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: testenv.Prefix(t),
+		Policies: []debounce.Policy{{Type: "x", Mode: debounce.ModeDedup, Exclusive: true, Lease: debounce.MinLease}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := co.Submit(ctx, debounce.Event{Type: "x", Args: json.RawMessage(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	round := published[0]
+	mu.Unlock()
+	bkey, err := co.RoundKeyOf(debounce.Event{Type: "x", Args: json.RawMessage(`{"n":2}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bypassed := debounce.Job{Type: "x", Key: bkey, Mode: debounce.ModeDedup, Bypass: "b-1", TTL: time.Hour}
+	const maxDeliver = 5
+	for _, tc := range []struct {
+		name string
+		job  debounce.Job
+	}{{"round", round}, {"bypassed", bypassed}} {
+		t.Run(tc.name, func(t *testing.T) {
+			other := debounce.Job{Type: "x", Key: tc.job.Key, Token: 1}
+			restore := worker.SetAfterKeyTaken(func() {
+				time.Sleep(debounce.MinLease + 300*time.Millisecond) // the lease lapses
+				if kl, err := co.TakeKey(ctx, other, "another job"); err != nil || !kl.Taken {
+					t.Errorf("another job could not take the lapsed lease: %+v %v", kl, err)
+				}
+			})
+			for delivery := 1; delivery <= maxDeliver+1; delivery++ {
+				job := worker.Job{Job: tc.job, Attempt: delivery}
+				st, err := worker.StartDelivery(ctx, co, pub, &job, maxDeliver, time.Second)
+				if err != nil || st.Action != worker.StartRetry || st.Result != worker.JobKeyBusy {
+					restore()
+					t.Fatalf("delivery %d, its start outliving the lease: %+v %v; want a retry (key busy)", delivery, st, err)
+				}
+				if ok, err := co.ReleaseKey(ctx, other, "another job"); err != nil || !ok {
+					restore()
+					t.Fatalf("release: %v %v", ok, err)
+				}
+			}
+			restore()
+			job := worker.Job{Job: tc.job, Attempt: maxDeliver + 2}
+			st, err := worker.StartDelivery(ctx, co, pub, &job, maxDeliver, time.Second)
+			if err != nil || st.Action != worker.StartRun || job.Attempt != 1 {
+				t.Errorf("delivery %d after %d slow starts: %+v %v, attempt %d; want it run as the first attempt", maxDeliver+2, maxDeliver+1, st, err, job.Attempt)
+			}
+			if st.Lease != "" {
+				if _, err := co.ReleaseKey(ctx, job.Job, st.Lease); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}

@@ -155,7 +155,17 @@ func startExclusive(ctx context.Context, co *debounce.Coalescer, pub debounce.Pu
 		// now: its round is taken, and the next delivery of this message
 		// finds it so (retry) once the key is free.
 		held, rerr := co.RefreshKey(ctx, job.Job, owner)
-		if rerr != nil || !held {
+		switch {
+		case rerr != nil && job.Token == 0:
+			// Published without a reservation (fail open), and Redis is
+			// unavailable again: it runs without the lease, as when the
+			// lease could not be taken at all.
+			s.Note = "an exclusive job published without a reservation (fail open) runs without its key's lease: Redis became unavailable while it started"
+		case rerr != nil || !held:
+			// No attempt: the job did not fail, the store was slow. Its
+			// start is taken back (a bypassed job's delivery counts as a
+			// wait); where Redis cannot even do that, it is one.
+			_ = co.NotRun(context.WithoutCancel(ctx), job.Job, job.Replay)
 			return Started{Action: StartRetry, Result: JobKeyBusy, Delay: keyWait(keyPoll),
 				Reason: "its key's lease lapsed while its round was taken (a slow start): it runs once the key is free"}, nil
 		}
