@@ -152,3 +152,60 @@ func TestReplayedExclusiveJobWaitsWithoutUsingAttempts(t *testing.T) {
 		t.Errorf("runs %d; want the replay once as attempt 1, with its job's identity", len(runs))
 	}
 }
+
+// TestBypassedExclusiveJobRunsWhenRedisGoesAwayAfterItsWaits: a job
+// published without a reservation (fail open) finds its key busy for more
+// deliveries than MaxDeliver (waits, no attempts), then Redis goes away:
+// it runs without the lease, as its policy chose availability, as a first
+// attempt. Its waits are in the unreachable Redis; counting its deliveries
+// instead dead-lettered it unrun, "started 5 times without finishing"
+// (chaos 7a's long form on held rounds, 2 events lost; fails so on
+// 14928e3).
+func TestBypassedExclusiveJobRunsWhenRedisGoesAwayAfterItsWaits(t *testing.T) {
+	t.Parallel()
+	const maxDeliver = 5
+	p := debounce.Policy{Type: "report", Mode: debounce.ModeDedup, KeyFields: []string{"k"}, Exclusive: true, Lease: 3 * time.Second}
+	pub := debounce.PublisherFunc(func(context.Context, debounce.Job) error { return nil })
+	prefix := testenv.Prefix(t)
+	up, err := debounce.New(debounce.Config{Redis: testenv.SharedRedis(t).Client(t), Publisher: pub, Prefix: prefix, Policies: []debounce.Policy{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), DisableIdentity: true, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = gone.Close() })
+	away, err := debounce.New(debounce.Config{Redis: gone, Publisher: pub, Prefix: prefix, Policies: []debounce.Policy{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key, err := up.RoundKeyOf(debounce.Event{Type: p.Type, Args: json.RawMessage(`{"k":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := debounce.Job{Type: p.Type, Key: key}
+	if kl, err := up.TakeKey(ctx, holder, "another-worker"); err != nil || !kl.Taken {
+		t.Fatalf("TakeKey: %+v %v", kl, err)
+	}
+	bypassed := debounce.Job{Type: p.Type, Key: key, Mode: debounce.ModeDedup, Bypass: "b-7a", TTL: time.Hour, Args: json.RawMessage(`{"k":1}`)}
+	for delivery := 1; delivery <= maxDeliver; delivery++ {
+		job := worker.Job{Job: bypassed, Attempt: delivery}
+		st, err := worker.StartDelivery(ctx, up, pub, &job, maxDeliver, time.Second)
+		if err != nil || st.Action != worker.StartRetry || st.Result != worker.JobKeyBusy {
+			t.Fatalf("delivery %d, the key held by another: %+v %v; want a wait", delivery, st, err)
+		}
+	}
+	job := worker.Job{Job: bypassed, Attempt: maxDeliver + 1}
+	st, err := worker.StartDelivery(ctx, away, pub, &job, maxDeliver, time.Second)
+	if err != nil || st.Action != worker.StartRun || job.Attempt != 1 {
+		t.Errorf("delivery %d, Redis away: %+v %v, attempt %d; want it run without the lease as a first attempt", maxDeliver+1, st, err, job.Attempt)
+	}
+	// Past the backstop on deliveries, it is dead-lettered all the same.
+	job = worker.Job{Job: bypassed, Attempt: worker.MaxDeliveries(maxDeliver) + 1}
+	if st, err := worker.StartDelivery(ctx, away, pub, &job, maxDeliver, time.Second); err != nil || st.Action != worker.StartDead {
+		t.Errorf("delivery %d, Redis away: %+v %v; want it dead-lettered", worker.MaxDeliveries(maxDeliver)+1, st, err)
+	}
+}

@@ -123,7 +123,15 @@ func startExclusive(ctx context.Context, co *debounce.Coalescer, pub debounce.Pu
 	if err != nil && job.Token == 0 {
 		// Published without a reservation because Redis was down (fail
 		// open): it runs without the lease too, rather than wait for
-		// Redis; its policy chose availability.
+		// Redis; its policy chose availability. Its waits for the key are
+		// counted in Redis, out of reach now, so its deliveries say
+		// nothing of its attempts (five waits, then an outage, would
+		// dead-letter it unrun: chaos 7a's long form): it runs as a first
+		// attempt, and only the backstop on deliveries ends it.
+		if job.Attempt > MaxDeliveries(maxDeliver) {
+			return Started{Action: StartDead, Reason: fmt.Sprintf("delivered %d times without finishing", job.Attempt-1)}, nil
+		}
+		job.Attempt = 1
 		s, serr := startDelivery(ctx, co, pub, job, maxDeliver, retryIn)
 		s.Note = "an exclusive job published without a reservation (fail open) runs without its key's lease: Redis is unavailable"
 		return s, serr
