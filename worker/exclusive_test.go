@@ -146,14 +146,11 @@ func TestExclusiveWithoutThePolicy(t *testing.T) {
 	}
 }
 
-// TestExclusiveStartThatOutlivesItsLease: a delivery whose start took
-// longer than its key's lease (Redis stalled between the lease and the
-// round's take) does not run when another job took the lapsed lease
-// meanwhile: it comes again once the key is free and runs then, with its
-// round (taken by the first delivery). It ran beside the other job before
-// (chaos 7b, held rounds: an exclusive overlap right after a 3 s stall).
-func TestExclusiveStartThatOutlivesItsLease(t *testing.T) {
-	rdb := testenv.SharedRedis(t).Client(t)
+// exclusiveRound is a Coalescer on the shared Redis with one exclusive
+// dedup policy "x" (lease MinLease), the publisher it publishes to, and
+// the job of one round it opened.
+func exclusiveRound(t *testing.T) (*debounce.Coalescer, debounce.Publisher, debounce.Job) {
+	t.Helper()
 	var mu sync.Mutex
 	var published []debounce.Job
 	pub := debounce.PublisherFunc(func(_ context.Context, j debounce.Job) error {
@@ -162,18 +159,29 @@ func TestExclusiveStartThatOutlivesItsLease(t *testing.T) {
 		published = append(published, j)
 		return nil
 	})
-	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: testenv.Prefix(t),
+	co, err := debounce.New(debounce.Config{Redis: testenv.SharedRedis(t).Client(t), Publisher: pub, Prefix: testenv.Prefix(t),
 		Policies: []debounce.Policy{{Type: "x", Mode: debounce.ModeDedup, Exclusive: true, Lease: debounce.MinLease}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if _, err := co.Submit(ctx, debounce.Event{Type: "x", Args: json.RawMessage(`{"n":1}`)}); err != nil {
+	if _, err := co.Submit(context.Background(), debounce.Event{Type: "x", Args: json.RawMessage(`{"n":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
-	job := worker.Job{Job: published[0]}
-	mu.Unlock()
+	defer mu.Unlock()
+	return co, pub, published[0]
+}
+
+// TestExclusiveStartThatOutlivesItsLease: a delivery whose start took
+// longer than its key's lease (Redis stalled between the lease and the
+// round's take) does not run when another job took the lapsed lease
+// meanwhile: it comes again once the key is free and runs then, with its
+// round (taken by the first delivery). It ran beside the other job before
+// (chaos 7b, held rounds: an exclusive overlap right after a 3 s stall).
+func TestExclusiveStartThatOutlivesItsLease(t *testing.T) {
+	co, pub, first := exclusiveRound(t)
+	ctx := context.Background()
+	job := worker.Job{Job: first}
 	other := debounce.Job{Type: "x", Key: job.Key, Token: 1}
 	restore := worker.SetAfterKeyTaken(func() {
 		time.Sleep(debounce.MinLease + 300*time.Millisecond) // the lease lapses
@@ -204,27 +212,8 @@ func TestExclusiveStartThatOutlivesItsLease(t *testing.T) {
 // the seventh delivery runs: a round's job, and a job published without a
 // reservation (fail open, Token 0).
 func TestSlowStartsAreNoAttempts(t *testing.T) {
-	rdb := testenv.SharedRedis(t).Client(t)
-	var mu sync.Mutex
-	var published []debounce.Job
-	pub := debounce.PublisherFunc(func(_ context.Context, j debounce.Job) error {
-		mu.Lock()
-		defer mu.Unlock()
-		published = append(published, j)
-		return nil
-	})
-	co, err := debounce.New(debounce.Config{Redis: rdb, Publisher: pub, Prefix: testenv.Prefix(t),
-		Policies: []debounce.Policy{{Type: "x", Mode: debounce.ModeDedup, Exclusive: true, Lease: debounce.MinLease}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	co, pub, round := exclusiveRound(t)
 	ctx := context.Background()
-	if _, err := co.Submit(ctx, debounce.Event{Type: "x", Args: json.RawMessage(`{"n":1}`)}); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	round := published[0]
-	mu.Unlock()
 	bkey, err := co.RoundKeyOf(debounce.Event{Type: "x", Args: json.RawMessage(`{"n":2}`)})
 	if err != nil {
 		t.Fatal(err)
