@@ -15,7 +15,8 @@ import (
 // waiting when it is free and sends them as one pipeline. A lone caller finds
 // an idle sender and goes out at once (no fixed delay); under load, calls
 // that arrive while a pipeline is in flight ride the next one. Each call is
-// still one EVALSHA, but for held openings of one type, which share one
+// still one decision in one script, in the order the calls came; held
+// openings of one type, and joins of one policy, share one EVALSHA
 // (merge.go): atomicity and behaviour are the same as unbatched.
 
 // DefaultPipelines is how many pipelines a Coalescer keeps in flight.

@@ -163,6 +163,8 @@ func (c *Coalescer) NotRun(ctx context.Context, job Job, run string) error {
 		}
 		return nil
 	}
+	// The count lease_take.lua keeps for a busy delivery: n, the first
+	// wait's time, kept as long.
 	waits := redisKey(c.prefix, c.mixOf(job.Type), job.Key, waitsSuffix(job, run))
 	pipe := c.rdb.TxPipeline()
 	pipe.HIncrBy(ctx, waits, "n", 1)
