@@ -306,7 +306,10 @@ func TestReplicationSurvivesAPromotion(t *testing.T) {
 // ran WAIT (INFO commandstats), and every round is on its shard's replica.
 func TestReplicationAcksOnACluster(t *testing.T) {
 	t.Parallel()
-	cl := testenv.NewClusterWithReplicas(t)
+	// No failover wanted here: a node timeout a loaded machine cannot
+	// reach (at 2 s, a run beside a CPU-bound benchmark once found a
+	// primary without its replica online: "has no replica connected").
+	cl := testenv.NewClusterWithReplicas(t, "--cluster-node-timeout", "30000")
 	rdb := cl.Client(t)
 	ctx := context.Background()
 	pub := &recorder{}
