@@ -28,18 +28,22 @@ if payload == 'last+' then payload = 'last' end
 local due_list, from = nil, 1
 if held then due_list, from = KEYS[1], 2 end
 
+-- The join of one event: a function made once, not a closure per event
+-- (measured under callgrind, issue 25, fourth pass: ~2.6k of a join's
+-- ~75k instructions).
+local function join(key, f, now_arg, data)
+--JOIN--
+end
+
 local out = {}
 for i = from, #KEYS do
   local key, j = KEYS[i], 5 + 2 * (i - from) + 1
-  local now, data = tonumber(args[j]), args[j + 1]
   -- The fields the join reads (join_round.lua).
   local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', payload == 'accumulate' and 'm' or 'z', 'q')
   if not f[1] then
     out[#out + 1] = {ABSENT}
   else
-    out[#out + 1] = (function()
---JOIN--
-    end)()
+    out[#out + 1] = join(key, f, args[j], args[j + 1])
   end
 end
 return out

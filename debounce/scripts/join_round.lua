@@ -23,7 +23,7 @@ local JOINED, OPENED, LEADING, THROTTLED, EXTENDED, ABSENT = 0, 1, 2, 3, 4, -1
 
 local key = KEYS[1]
 local due_list = KEYS[2]
-local now = tonumber(ARGV[1])
+local now_arg = ARGV[1]
 local extend_ms, max_wait_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local payload, data, max_items = ARGV[4], ARGV[5], tonumber(ARGV[6])
 if payload == 'last+' then payload = 'last' end

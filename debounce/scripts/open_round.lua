@@ -58,7 +58,8 @@ local JOINED, OPENED, LEADING, THROTTLED, EXTENDED = 0, 1, 2, 3, 4
 
 local CNT, MAXCNT = 65536, 4194303
 local key = KEYS[1]
-local token, now = ARGV[1], tonumber(ARGV[2])
+local token, now_arg = ARGV[1], ARGV[2]
+local now = tonumber(now_arg)
 local expiry, due = tonumber(ARGV[3]), tonumber(ARGV[4])
 local extend_ms, max_wait_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 local payload, data, max_items = ARGV[7], ARGV[8], tonumber(ARGV[9])
@@ -114,18 +115,20 @@ local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', payload == 'acc
 if not f[1] then
   local published, fire = 0, 0
   if deferred then published = 1 end
-  local h = {'t', token, 'n', 1, 'f', now, 'l', now, 'd', due, 'p', published, 'v', 0, 'k', id_key}
+  -- Constants and now_arg as strings: a number handed to redis.call is
+  -- formatted with printf (join_tail.lua).
+  local h = {'t', token, 'n', '1', 'f', now_arg, 'l', now_arg, 'd', due, 'p', published == 1 and '1' or '0', 'v', '0', 'k', id_key}
   if id_fingerprint ~= '' then h[#h + 1], h[#h + 2] = 'g', id_fingerprint end
   if id_args ~= '' then h[#h + 1], h[#h + 2] = 'o', id_args end
   if payload == 'last' then
     -- z: whether the round has a payload key (join_tail.lua)
-    h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'a', data, 'z', 0
-    if payload_key then h[#h] = 1 end
+    h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'a', data, 'z', '0'
+    if payload_key then h[#h] = '1' end
   end
   -- The opening event's item is the first: m 1.
-  if payload == 'accumulate' then h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'm', 1, 'i' .. data, 1 end
+  if payload == 'accumulate' then h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'm', '1', 'i' .. data, '1' end
   if deferred then
-    h[#h + 1], h[#h + 2] = 'q', 1
+    h[#h + 1], h[#h + 2] = 'q', '1'
     if trace ~= '' then h[#h + 1], h[#h + 2] = 'tp', trace end
     if lease ~= '0' then h[#h + 1], h[#h + 2] = 'x', lease end
   end
