@@ -535,11 +535,10 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 			jkeys = []string{keys[0], p.dueKey}
 		}
 		cmd, doubt := c.evalDoubt(ctx, joinRoundScript, jkeys, nowMs, p.extendArg, p.maxWaitArg, p.payloadArg, data, p.maxItemsArg)
-		res, err := cmd.Slice()
-		if err != nil {
+		if err := cmd.Err(); err != nil {
 			return reply{}, err
 		}
-		ints, err := int64s(res)
+		ints, err := scriptInts(cmd.Val())
 		switch {
 		case err != nil:
 			return reply{}, fmt.Errorf("join_round: %w", err)
@@ -576,11 +575,11 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 	if id == nil {
 		var cmd *redis.Cmd
 		cmd, doubt = c.evalDoubt(ctx, openRoundScript, keys, argv...)
-		res, err := cmd.Slice()
-		if err != nil {
+		if err := cmd.Err(); err != nil {
 			return reply{}, err
 		}
-		if ints, err = int64s(res); err != nil {
+		var err error
+		if ints, err = scriptInts(cmd.Val()); err != nil {
 			return reply{}, fmt.Errorf("open_round: %w", err)
 		}
 	} else {
@@ -632,6 +631,35 @@ func truncate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// scriptInts reads a decision script's reply: an array of integers and
+// decimal strings, or a join's (join_tail.lua) numbers in one string.
+func scriptInts(v any) ([]int64, error) {
+	switch v := v.(type) {
+	case []any:
+		return int64s(v)
+	case string:
+		return spacedInts(v)
+	}
+	return nil, fmt.Errorf("reply has type %T", v)
+}
+
+// spacedInts reads decimal numbers separated by single spaces.
+func spacedInts(s string) ([]int64, error) {
+	out := make([]int64, 0, 8)
+	for i := 0; ; i++ {
+		field, rest, more := strings.Cut(s, " ")
+		n, err := strconv.ParseUint(field, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("reply element %d %q is not a number", i, field)
+		}
+		out = append(out, int64(n))
+		if !more {
+			return out, nil
+		}
+		s = rest
+	}
 }
 
 // int64s converts a script reply of integers and decimal strings.

@@ -51,6 +51,12 @@ if type(res) == 'number' then
   -- open_packed.lua's bare OPENED: recorded, and answered, as the table
   -- its other replies are.
   res = {res, tonumber(opened_value), tonumber(opened_expiry)}
+elseif type(res) == 'string' then
+  -- open_round.lua's join (join_tail.lua): its numbers in one string,
+  -- recorded, and answered, as a table like its opening's.
+  local t = {}
+  for v in string.gmatch(res, '%S+') do t[#t + 1] = v end
+  res = t
 end
 local parts = {}
 for i, v in ipairs(res) do

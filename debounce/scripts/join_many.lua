@@ -15,7 +15,7 @@
 --       then two per event, those of the k-th at 5+2k-1 and 5+2k: now
 --       (unix ms) and its args (last) or item (accumulate), "" for first
 -- Returns one reply per event, in order: join_round.lua's ({ABSENT}, or
--- {status, token, count, first, due, published, fire, version}).
+-- 'status token count first due published fire version').
 
 -- Statuses: open_round.lua's, and ABSENT (Go: statusAbsent).
 local JOINED, OPENED, LEADING, THROTTLED, EXTENDED, ABSENT = 0, 1, 2, 3, 4, -1

@@ -16,7 +16,7 @@
 -- ARGV[6] -> max items (accumulate)
 -- Returns {ABSENT} when the key holds no round (nothing written), else
 -- open_round.lua's join reply (scripts/join_tail.lua, appended by
--- scripts.go): {status, token, count, first, due, published, fire, version}
+-- scripts.go): 'status token count first due published fire version'
 
 -- Statuses: open_round.lua's, and ABSENT (Go: statusAbsent).
 local JOINED, OPENED, LEADING, THROTTLED, EXTENDED, ABSENT = 0, 1, 2, 3, 4, -1

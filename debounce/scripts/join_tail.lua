@@ -5,16 +5,18 @@
 -- present), now_arg (the event's time, unix ms, as sent), payload, data,
 -- extend_ms, max_wait_ms, max_items, due_list (the type's due list, or nil)
 -- and the statuses JOINED and EXTENDED.
--- Fields the join does not change go back as Redis gave them (strings:
--- Go reads numbers and decimal strings alike), and now_arg is written as
--- sent: measured under callgrind (issue 25, fourth pass), each tonumber is
--- a strtod and each number handed to redis.call a printf of %.17g, ~9k of
--- a join's ~75k instructions.
+-- The reply is one string, the eight numbers separated by spaces (Go:
+-- spacedInts): measured under callgrind (issue 25, fourth pass), an array
+-- of eight costs Redis more to build and send than the string, and Go's
+-- reading of it about six allocations more. Fields the join leaves go
+-- into it as Redis gave them, and now_arg is written as sent: a tonumber
+-- of a time is a strtod (~1.5k instructions), and a number handed to
+-- redis.call a printf of %.17g. A join: 77.5k -> 58.2k instructions.
 -- Every field the join changes is written by one HSET, from what the HMGET
 -- read (nothing interleaves inside a script): measured, HINCRBY n, HSET l,
 -- HINCRBY m and HSET d as calls of their own cost ~1 µs of Redis each
 -- (issue 25, third pass).
--- Returns {status, token, count, first, due, published, fire, version}.
+-- Returns 'status token count first due published fire version'.
 local d, version = f[3], f[5]
 local n = (tonumber(f[6]) or 0) + 1
 local h = {'n', n, 'l', now_arg}
@@ -59,4 +61,5 @@ if payload == 'accumulate' and redis.call('HEXISTS', key, 'i' .. data) == 0 then
 end
 if moved then h[#h + 1], h[#h + 2] = 'd', d end
 redis.call('HSET', key, unpack(h))
-return {status, f[1], n, f[2], d, f[4], fire, version}
+return (status == JOINED and '0 ' or '4 ') .. f[1] .. ' ' .. n .. ' ' .. f[2] .. ' ' .. d .. ' ' .. f[4] ..
+  (fire == 1 and ' 1 ' or ' 0 ') .. version

@@ -43,6 +43,8 @@
 -- ARGV[15] -> throttle: how long the trailing round outlives its window, ms;
 --             deferred: an exclusive key's lease, ms ("0": not exclusive)
 -- Returns {status, token, count, first, due, published, fire, version}
+--   (a join: the same eight in one string, separated by spaces,
+--   join_tail.lua)
 --   status OPENED, JOINED, EXTENDED (joined and pushed the due time later);
 --   for throttle LEADING (window opened; THROTTLED is unused here: trailing
 --   always gathers); for LEADING the reply is {LEADING, window value,
