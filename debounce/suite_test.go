@@ -137,13 +137,17 @@ func (r *recorder) all() []debounce.Job {
 	return append([]debounce.Job(nil), r.jobs...)
 }
 
-// distinct returns the published jobs with one entry per (token, version): a
-// publisher that deduplicates by message id (JetStream) sees just these.
+// distinct returns the published jobs with one entry per (key, token,
+// version): a publisher that deduplicates by message id (JetStream) sees
+// just these. The key is part of the id (publisher.Message): a token is
+// unique per key only (a packed token is the expiry in ms and 14 random
+// bits, so two keys opened in the same millisecond share one about once in
+// 16383), and two rounds of different keys are two jobs.
 func (r *recorder) distinct() []debounce.Job {
 	seen := map[string]bool{}
 	var out []debounce.Job
 	for _, j := range r.all() {
-		id := fmt.Sprintf("%s-%d", j.Token, j.Version)
+		id := fmt.Sprintf("%s-%s-%d", j.Key, j.Token, j.Version)
 		if j.Token == 0 || !seen[id] {
 			seen[id] = true
 			out = append(out, j)
