@@ -205,17 +205,9 @@ func startCluster(masters, replicas int, extra ...string) (*RedisCluster, error)
 				ok = false
 			}
 			if err == nil && replicas > 0 {
-				// A replica is ready once its link to its primary is up,
-				// and a primary once it counts its replicas online (what
-				// replication acks read; on a loaded machine the two can
-				// be seconds apart).
-				raw, ierr := node.Info(context.Background(), "replication").Result()
-				switch {
-				case ierr != nil:
-					ok = false
-				case strings.Contains(raw, "role:slave") && !strings.Contains(raw, "master_link_status:up"):
-					ok = false
-				case strings.Contains(raw, "role:master") && strings.Count(raw, "state=online") < replicas:
+				// A replica is ready once its link to its primary is up.
+				if raw, ierr := node.Info(context.Background(), "replication").Result(); ierr != nil ||
+					strings.Contains(raw, "role:slave") && !strings.Contains(raw, "master_link_status:up") {
 					ok = false
 				}
 			}
@@ -225,6 +217,15 @@ func startCluster(masters, replicas int, extra ...string) (*RedisCluster, error)
 			}
 		}
 		if ok && client.Ping(context.Background()).Err() == nil {
+			if replicas > 0 {
+				// And a primary once it counts its replica online, what
+				// replication acks read: on a loaded machine that can come
+				// seconds after the replica's link is up.
+				if err := c.WaitOnlineReplicas(context.Background(), time.Until(deadline)+5*time.Second); err != nil {
+					c.Stop()
+					return nil, err
+				}
+			}
 			return c, nil
 		}
 		if time.Now().After(deadline) {
