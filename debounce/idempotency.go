@@ -64,7 +64,7 @@ var idempotentLua string
 // The decision scripts, each wrapped by idempotent.lua.
 var (
 	openPackedIdemScript = redis.NewScript(wrapIdempotent(openPackedLua))
-	openRoundIdemScript  = redis.NewScript(wrapIdempotent(openRoundLua + joinTailLua))
+	openRoundIdemScript  = redis.NewScript(wrapIdempotent(withSeen(openRoundLua) + joinTailLua))
 )
 
 func wrapIdempotent(decide string) string {

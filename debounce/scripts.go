@@ -67,7 +67,7 @@ var (
 	openPackedScript    = redis.NewScript(openPackedLua)
 	releasePackedScript = redis.NewScript(releasePackedLua)
 	markPackedScript    = redis.NewScript(markPackedLua)
-	openRoundScript     = redis.NewScript(openRoundLua + joinTailLua)
+	openRoundScript     = redis.NewScript(withSeen(openRoundLua) + joinTailLua)
 	joinRoundScript     = redis.NewScript(joinRoundLua + joinTailLua)
 	takeRoundScript     = redis.NewScript(takeRoundLua)
 	markRoundScript     = redis.NewScript(markRoundLua)
@@ -103,7 +103,8 @@ const (
 )
 
 // withSeen puts scripts/seen.lua (the packed layout's encoding of the
-// latest event's time) in place of a script's SEEN marker.
+// latest event's time, and its join of one event) in place of a script's
+// SEEN marker.
 func withSeen(lua string) string {
 	return strings.Replace(lua, "--SEEN--", seenLua, 1)
 }

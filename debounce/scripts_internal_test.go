@@ -168,14 +168,15 @@ func TestScriptsGetTheirShared(t *testing.T) {
 	for name, lua := range map[string]string{
 		"open_packed": openPackedLua, "flush_packed": withSeen(flushPackedLua), "open_held_many": withSeen(openHeldManyLua),
 		"idempotent(open_packed)": wrapIdempotent(openPackedLua), "join_many": strings.Replace(joinManyLua, "--JOIN--", joinTailLua, 1),
+		"open_round": withSeen(openRoundLua), "idempotent(open_round)": wrapIdempotent(withSeen(openRoundLua) + joinTailLua),
 	} {
 		for _, marker := range []string{"--SEEN--", "--JOIN--", "--DECIDE--"} {
 			if strings.Contains(lua, marker) {
 				t.Errorf("%s still has its %s marker", name, marker)
 			}
 		}
-		if strings.Contains(lua, "seen(") && !strings.Contains(lua, "local function seen(ms)") {
-			t.Errorf("%s calls seen but has not got it", name)
+		if (strings.Contains(lua, "seen(") || strings.Contains(lua, "packed_join(")) && !strings.Contains(lua, "local function packed_join(") {
+			t.Errorf("%s calls seen or packed_join but has not got them", name)
 		}
 	}
 }

@@ -51,17 +51,9 @@ for i = 1, #KEYS - 2 do
     -- error, the others go on.
     out[i] = redis.error_reply('ERR the key holds no packed round')
   else
-    -- Join: count + 1 (saturating) and the greatest seen, as
-    -- open_packed.lua's join; INCRBY keeps the TTL.
-    local now, life = tonumber(args[j + 2]), tonumber(args[j + 3])
+    -- Join, as open_packed.lua's (seen.lua's packed_join).
     local exp = redis.call('PEXPIRETIME', key)
-    local v = tonumber(raw)
-    local delta = 0
-    if math.floor(v / CNT) % 4194304 < MAXCNT then delta = CNT end
-    local s, old = seen(now - (exp - life)), v % CNT
-    if s > old then delta = delta + (s - old) end
-    if delta ~= 0 then redis.call('INCRBY', key, delta) end
-    out[i] = {JOINED, v + delta, exp}
+    out[i] = {JOINED, packed_join(key, raw, exp, tonumber(args[j + 3]), tonumber(args[j + 2])), exp}
   end
 end
 return out

@@ -80,21 +80,12 @@ if #KEYS ~= 2 then
   end
 end
 
--- seen encodes ms >= 0 as a 16-bit float (scripts/seen.lua, put here by
--- scripts.go; layout.go, encodeSeen).
+-- seen encodes ms >= 0 as a 16-bit float, packed_join adds an event to a
+-- packed value (scripts/seen.lua, put here by scripts.go; layout.go).
 --SEEN--
 
--- join adds one event to a packed value: count+1 (saturating) and the
--- greatest seen. INCRBY keeps the TTL and the integer encoding.
 local function join(key, raw, expiry, life)
-  local v = tonumber(raw)
-  local delta = 0
-  if math.floor(v / CNT) % 4194304 < MAXCNT then delta = CNT end
-  local s = seen(now - (expiry - life))
-  local old = v % CNT
-  if s > old then delta = delta + (s - old) end
-  if delta ~= 0 then redis.call('INCRBY', key, delta) end
-  return v + delta
+  return packed_join(key, raw, expiry, life, now)
 end
 
 -- open sets a new key to its opening value and the opening event's seen

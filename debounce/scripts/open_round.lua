@@ -82,28 +82,12 @@ if throttle and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', key)
   return {LEADING, tonumber(window_value), redis.call('PEXPIRETIME', KEYS[2])}
 end
 if throttle and redis.call('EXISTS', KEYS[2]) == 1 then
-  -- Count the event in the window value (see open_packed.lua's join): the
-  -- count and the latest event's time after the window's start, encoded as
-  -- open_packed.lua's seen.
+  -- Count the event in the window value, as open_packed.lua does: the
+  -- count and the latest event's time after the window's start
+  -- (scripts/seen.lua, put here by scripts.go).
+--SEEN--
   local wexp = redis.call('PEXPIRETIME', KEYS[2])
-  local v = tonumber(redis.call('GET', KEYS[2]))
-  local delta = 0
-  if math.floor(v / CNT) % 4194304 < MAXCNT then delta = CNT end
-  local ms = now - (wexp - tonumber(window_ms))
-  local s = 0
-  if ms >= 2048 then
-    local e = 1
-    while ms >= 4096 do
-      ms = math.floor(ms / 2)
-      e = e + 1
-    end
-    s = e * 2048 + math.floor(ms) - 2048
-    if e > 31 then s = 65535 end
-  elseif ms > 0 then
-    s = math.floor(ms)
-  end
-  if s > v % CNT then delta = delta + (s - v % CNT) end
-  if delta ~= 0 then redis.call('INCRBY', KEYS[2], delta) end
+  packed_join(KEYS[2], redis.call('GET', KEYS[2]), wexp, tonumber(window_ms), now)
   due = wexp
   expiry = wexp + tonumber(trailing_ms)
 end
