@@ -9,7 +9,8 @@
 #   scripts/join-cost.sh [last|accumulate] [calls]
 #
 # Prints the instructions per call and per event, less those of the same
-# number of calls of `return 0` with the same arguments.
+# number of calls of `return 0` with the same arguments. --hz 1 keeps the
+# server's timer work, which grows with the run's wall time, out of the count.
 set -eu
 payload=${1:-last}
 calls=${2:-1000}
@@ -30,10 +31,14 @@ PY
 run() { # $1: script text; prints the program's total instructions
   rm -rf "$work/data" && mkdir -p "$work/data"
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly yes --appendfsync no \
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly yes --appendfsync no --hz 1 \
     --dir "$work/data" >/dev/null 2>&1 &
   local pid=$!
-  for _ in $(seq 150); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  for _ in $(seq 600); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  if ! redis-cli -p "$port" ping >/dev/null 2>&1; then
+    echo "join-cost: redis-server under valgrind did not start on port $port" >&2
+    exit 1
+  fi
   # Eight pending rounds as open_round.lua writes them for payload last.
   for i in 1 2 3 4 5 6 7 8; do
     redis-cli -p "$port" hset "r$i" t 8290281888981298547 n 3 f 1796656606546 l 1796656606579 \
@@ -46,6 +51,12 @@ run() { # $1: script text; prints the program's total instructions
   local ev='{"tenant_id":"tenant-9","seq":2999}' now=1796656532243
   redis-benchmark -p "$port" -c 1 -n "$calls" -q evalsha "$sha" 9 due r1 r2 r3 r4 r5 r6 r7 r8 \
     1 0 0 "$payload" 0 $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" >/dev/null 2>&1
+  # Every call joined all eight rounds (a count of 3 + calls), or the
+  # count measured something else.
+  if [ "$1" != 'return 0' ] && [ "$(redis-cli -p "$port" hget r1 n)" != "$((3 + calls))" ]; then
+    echo "join-cost: the rounds were not joined by every call (r1 counts $(redis-cli -p "$port" hget r1 n))" >&2
+    exit 1
+  fi
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
   wait "$pid" 2>/dev/null || true
   awk '/^(summary|totals):/ {print $2; exit}' "$work/cg.out"
