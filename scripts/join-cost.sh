@@ -37,6 +37,7 @@ run() { # $1: script text; prints the program's total instructions
   for _ in $(seq 600); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
   if ! redis-cli -p "$port" ping >/dev/null 2>&1; then
     echo "join-cost: redis-server under valgrind did not start on port $port" >&2
+    kill "$pid" 2>/dev/null || true
     exit 1
   fi
   # Eight pending rounds as open_round.lua writes them for payload last.
@@ -55,6 +56,7 @@ run() { # $1: script text; prints the program's total instructions
   # count measured something else.
   if [ "$1" != 'return 0' ] && [ "$(redis-cli -p "$port" hget r1 n)" != "$((3 + calls))" ]; then
     echo "join-cost: the rounds were not joined by every call (r1 counts $(redis-cli -p "$port" hget r1 n))" >&2
+    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
     exit 1
   fi
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
