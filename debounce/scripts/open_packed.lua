@@ -88,10 +88,6 @@ local expiry = tonumber(expiry_arg) -- reassigned for a trailing round
 -- packed value (scripts/seen.lua, put here by scripts.go; layout.go).
 --SEEN--
 
-local function join(key, raw, expiry, life)
-  return packed_join(key, raw, expiry, life, now)
-end
-
 -- open sets a new key to its opening value and the opening event's seen
 -- (not 0 for a trailing round: its base is its window's start). The value
 -- goes to SET as the caller's string: Lua would format a number > 2^47
@@ -122,9 +118,9 @@ if #KEYS == 2 then
   else
     local wexp = redis.call('PEXPIRETIME', KEYS[2])
     if not trailing then
-      return {THROTTLED, join(KEYS[2], wraw, wexp, window), wexp}
+      return {THROTTLED, packed_join(KEYS[2], wraw, wexp, window, now), wexp}
     end
-    join(KEYS[2], wraw, wexp, window)
+    packed_join(KEYS[2], wraw, wexp, window, now)
     expiry = wexp + tonumber(trailing_ms)
   end
 end
@@ -136,4 +132,4 @@ if #KEYS == 2 then
   end
 end
 local exp = redis.call('PEXPIRETIME', KEYS[1])
-return {JOINED, join(KEYS[1], raw, exp, lifetime), exp}
+return {JOINED, packed_join(KEYS[1], raw, exp, lifetime, now), exp}
