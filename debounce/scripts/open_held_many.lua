@@ -18,6 +18,12 @@
 -- Returns one reply per event, in order: OPENED (a bare integer: the round
 -- opened with the value and expiry sent), {JOINED, value, expiry} (the
 -- pending round joined), or the error of its SET.
+--
+-- The openings' listings go out as one ZADD and one HSET at the end, not
+-- two commands per opening: measured under callgrind (issue 25, fifth
+-- pass; eight fresh keys to a call, 300-byte identities), 48.8k -> 37.5k
+-- instructions per opening. Nothing in the call reads the due list or the
+-- identity hash, and the script is atomic, so no one sees the order.
 
 -- Statuses: open_packed.lua's (Go: the status* constants in submit.go).
 local JOINED, OPENED, LEADING, THROTTLED, EXTENDED = 0, 1, 2, 3, 4
@@ -31,7 +37,7 @@ local due_list, ids = KEYS[1], KEYS[2]
 -- scripts.go; layout.go, encodeSeen).
 --SEEN--
 
-local out = {}
+local out, listed, named = {}, {}, {}
 for i = 1, #KEYS - 2 do
   local key, j = KEYS[i + 2], 6 * i - 5
   local open_value, expiry = args[j], args[j + 1]
@@ -41,10 +47,11 @@ for i = 1, #KEYS - 2 do
     out[i] = raw
   elseif not raw then
     -- Opened published, and listed for the forwarder with its identity
-    -- (open_packed.lua says why ZADD and HSET, not their NX forms). Its
-    -- seen is 0: the expiry is at least now plus the lifetime.
-    redis.call('ZADD', due_list, args[j + 4], key)
-    redis.call('HSET', ids, key, args[j + 5])
+    -- (open_packed.lua says why ZADD and HSET, not their NX forms), by
+    -- the ZADD and HSET after the loop. Its seen is 0: the expiry is at
+    -- least now plus the lifetime.
+    listed[#listed + 1], listed[#listed + 2] = args[j + 4], key
+    named[#named + 1], named[#named + 2] = key, args[j + 5]
     out[i] = OPENED
   elseif not tonumber(raw) then
     -- Not a packed round (open_packed.lua would fail on it): this event's
@@ -55,5 +62,9 @@ for i = 1, #KEYS - 2 do
     local exp = redis.call('PEXPIRETIME', key)
     out[i] = {JOINED, packed_join(key, raw, exp, tonumber(args[j + 3]), tonumber(args[j + 2])), exp}
   end
+end
+if #listed > 0 then
+  redis.call('ZADD', due_list, unpack(listed))
+  redis.call('HSET', ids, unpack(named))
 end
 return out
