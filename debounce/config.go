@@ -192,6 +192,9 @@ type compiled struct {
 	// plus this (the stream's MaxAge).
 	trailingLife time.Duration
 	local        bool // events may be answered locally (local.go)
+	// gate: whether its events are worth trying locally (localgate.go);
+	// nil when they always are (local_joins: on) or never (not local).
+	gate *localGate
 	// deferred: rounds may wait in Redis, listed in dueKey, until a
 	// forwarder publishes their jobs (deferred.go; whether one opened now
 	// does is Coalescer.holdInRedis).
@@ -289,6 +292,9 @@ func New(cfg Config) (*Coalescer, error) {
 			return nil, &PolicyError{Type: cp.Type, Field: "type", Msg: "two policies for this job type; keep one"}
 		}
 		cp.local = c.local != nil && cp.localEligible()
+		if cp.local && cp.LocalJoins != LocalJoinsOn {
+			cp.gate = &localGate{skipped: &c.local.skipped}
+		}
 		if cp.lastKeyed() {
 			if _, single := c.rdb.(*redis.Client); !single {
 				return nil, &PolicyError{Type: cp.Type, Field: "local_joins", Msg: "on needs a single-node or Sentinel Redis (its payload keys are not declared to the scripts that touch them); use auto on a Cluster"}

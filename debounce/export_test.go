@@ -50,3 +50,9 @@ func RoundRedisKey(c *Coalescer, job Job) string { return c.jobRedisKey(job) }
 // JoinsFirst reports whether c now sends a join of typ's hash-layout rounds
 // first, without the opening's arguments (join_round.lua).
 func JoinsFirst(c *Coalescer, typ string) bool { return !c.policies[typ].guess.opening() }
+
+// The local-join gate's measurement (localgate.go).
+const (
+	GateWindow = gateWindow
+	GateSample = gateSample
+)

@@ -172,7 +172,10 @@ type LocalStats struct {
 	// duplicate) whose window or reservation was gone at their flush:
 	// not submitted again (no job was promised to them), only their
 	// count is lost.
-	Forgotten   uint64
+	Forgotten uint64
+	// Skipped counts events sent to Redis without a local try: their
+	// type's events were seldom answered locally (localgate.go).
+	Skipped     uint64
 	FlushErrors uint64        // flushes that failed (retried)
 	Assists     uint64        // flushes run by a submitting goroutine: the flusher was starved of CPU
 	MaxWait     time.Duration // the longest a locally joined event waited for its flush to start
@@ -208,8 +211,8 @@ type localState struct {
 	// every flush back while it waits on Redis.
 	lockedAt atomic.Int64
 
-	joined, flushes, flushedKeys, resubmitted, flushErrors, assists, uncertain, forgotten atomic.Uint64
-	flushNanos                                                                            atomic.Int64
+	joined, flushes, flushedKeys, resubmitted, flushErrors, assists, uncertain, forgotten, skipped atomic.Uint64
+	flushNanos                                                                                     atomic.Int64
 }
 
 func newLocalState(every, guard time.Duration, max int) *localState {
@@ -265,7 +268,7 @@ func (c *Coalescer) LocalStats() LocalStats {
 	return LocalStats{
 		Joined: ls.joined.Load(), Flushes: ls.flushes.Load(), FlushedKeys: ls.flushedKeys.Load(),
 		Resubmitted: ls.resubmitted.Load(), FlushErrors: ls.flushErrors.Load(), Assists: ls.assists.Load(),
-		Uncertain: ls.uncertain.Load(), Forgotten: ls.forgotten.Load(),
+		Uncertain: ls.uncertain.Load(), Forgotten: ls.forgotten.Load(), Skipped: ls.skipped.Load(),
 		MaxWait:   time.Duration(ls.maxWait.Load()),
 		FlushTime: time.Duration(ls.flushNanos.Load()), Rounds: int(ls.rounds.Load()),
 	}

@@ -189,8 +189,11 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 	}
 	var opener *localRound // this caller asks Redis for the others of this process
 	// An event with an idempotency key goes to Redis, where its record is.
-	if p.local && pr.idem == nil {
+	if p.local && pr.idem == nil && (p.gate == nil || p.gate.admit()) {
 		ld, ok, op := c.joinLocal(ctx, p, key, ev, now)
+		if p.gate != nil {
+			p.gate.record(ok)
+		}
 		if ok {
 			ld.Type, ld.Key, ld.Fingerprint = d.Type, key, fp
 			return ld, nil

@@ -132,6 +132,8 @@ func (m *Metrics) WatchLocalJoins(co *debounce.Coalescer) {
 		func(s debounce.LocalStats) uint64 { return s.Flushes })
 	counter("coalesce_local_flush_errors_total", "Flush calls that got no reply (sent again unchanged).",
 		func(s debounce.LocalStats) uint64 { return s.FlushErrors })
+	counter("coalesce_local_skipped_total", "Events sent to Redis without a local try: their type's events were seldom answered locally (the local-join gate).",
+		func(s debounce.LocalStats) uint64 { return s.Skipped })
 	counter("coalesce_local_resubmitted_total", "Locally joined events submitted again: their round was gone at the flush.",
 		func(s debounce.LocalStats) uint64 { return s.Resubmitted })
 	register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coalesce_local_rounds",

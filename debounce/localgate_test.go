@@ -1,0 +1,107 @@
+package debounce_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/coalesce-io/coalesce/debounce"
+)
+
+// TestLocalJoinsGoColdAndBack: a type whose events are all new keys stops
+// paying for local joins (most of its events skip the local try: no entry,
+// no learning, rounds remembered stop growing), every event still gets its
+// round from Redis and one job each; when its events start to meet rounds
+// this process knows (a storm), they are answered locally again. A type
+// with local_joins: on is never gated. Counts, not times: the gate measures
+// over a number of tries (localgate.go).
+func TestLocalJoinsGoColdAndBack(t *testing.T) {
+	t.Parallel()
+	auto := debounce.Policy{Type: "auto", Mode: debounce.ModeDebounce, Window: time.Minute, KeyFields: []string{"k"}}
+	for _, b := range backends(t) {
+		if b.name != "redis" {
+			continue
+		}
+		f := newFixture(t, b, auto)
+		ctx := context.Background()
+		submit := func(k, i int) debounce.Decision {
+			t.Helper()
+			d, err := f.c.Submit(ctx, debounce.Event{Type: "auto", Args: json.RawMessage(fmt.Sprintf(`{"k":%d,"i":%d}`, k, i))})
+			if err != nil {
+				t.Fatalf("event %d of key %d: %v", i, k, err)
+			}
+			return d
+		}
+		// Every event a new key: a warm measurement (debounce.GateWindow
+		// tries) answers none locally, and the type goes cold.
+		const cold = debounce.GateWindow + 2048
+		for k := range cold {
+			if d := submit(k, 0); d.Outcome != debounce.OutcomeScheduled || d.Events != 1 {
+				t.Fatalf("key %d: %+v, want a round opened", k, d)
+			}
+		}
+		st := f.c.LocalStats()
+		if st.Joined != 0 || st.Skipped < 2048*(debounce.GateSample-1)/debounce.GateSample-1 {
+			t.Fatalf("after %d new keys: %+v, want none joined locally and most of the last 2048 skipped", cold, st)
+		}
+		if st.Rounds > debounce.GateWindow+2048/debounce.GateSample+1 {
+			t.Errorf("%d rounds remembered, want the skipped events' rounds not learned", st.Rounds)
+		}
+		if n := len(f.pub.distinct()); n != cold {
+			t.Fatalf("%d jobs published, want %d (one per new key)", n, cold)
+		}
+		// A storm on a few keys: skipped events join in Redis, sampled
+		// ones learn the rounds; after a cold measurement the type is warm
+		// and its events are answered locally.
+		skipped := st.Skipped
+		const storm = 2 * debounce.GateWindow
+		for i := range storm {
+			d := submit(cold+i%8, i)
+			if d.Outcome != debounce.OutcomeScheduled && d.Outcome != debounce.OutcomeCoalesced {
+				t.Fatalf("storm event %d: %+v", i, d)
+			}
+		}
+		st = f.c.LocalStats()
+		if st.Joined < debounce.GateWindow/2 {
+			t.Errorf("the storm: %+v, want its events answered locally again (at least %d)", st, debounce.GateWindow/2)
+		}
+		if st.Skipped-skipped >= storm/2 {
+			t.Errorf("the storm: %d of %d events skipped the local try, want the type warm again within a measurement", st.Skipped-skipped, storm)
+		}
+		// Every storm event is counted in its round, once.
+		events := 0
+		for k := cold; k < cold+8; k++ {
+			key, err := f.c.RoundKeyOf(debounce.Event{Type: "auto", Args: json.RawMessage(fmt.Sprintf(`{"k":%d}`, k))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			events += f.inspect(t, f.c, "auto", key).Events
+		}
+		if events != storm {
+			t.Errorf("the storm's rounds count %d events, want %d", events, storm)
+		}
+	}
+}
+
+// TestLocalJoinsOnAreNotGated: local_joins: on (payload last) tries every
+// event locally, however seldom they join.
+func TestLocalJoinsOnAreNotGated(t *testing.T) {
+	t.Parallel()
+	on := debounce.Policy{Type: "on", Mode: debounce.ModeDebounce, Window: time.Minute, Payload: debounce.PayloadLast, LocalJoins: debounce.LocalJoinsOn, KeyFields: []string{"k"}}
+	for _, b := range backends(t) {
+		if b.name != "redis" {
+			continue
+		}
+		f := newFixture(t, b, on)
+		for k := range debounce.GateWindow + 512 {
+			if _, err := f.c.Submit(context.Background(), debounce.Event{Type: "on", Args: json.RawMessage(fmt.Sprintf(`{"k":%d}`, k))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := f.c.LocalStats(); st.Skipped != 0 {
+			t.Errorf("%+v, want no event skipped with local_joins: on", st)
+		}
+	}
+}
