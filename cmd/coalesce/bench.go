@@ -285,7 +285,7 @@ func runBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		}
 		st := co.LocalStats()
 		res.LocalJoined, res.Flushes, res.FlushedRounds, res.Resubmitted = &st.Joined, &st.Flushes, &st.FlushedKeys, &st.Resubmitted
-		res.FlushAssists = &st.Assists
+		res.FlushAssists, res.LocalSkipped = &st.Assists, &st.Skipped
 		waitMs := math.Round(float64(st.MaxWait.Microseconds())/100) / 10
 		res.FlushWaitMaxMs = &waitMs
 		mean := 0.0

@@ -71,6 +71,7 @@ type Result struct {
 	Resubmitted    *uint64  `json:"resubmitted,omitempty"`
 	FlushAssists   *uint64  `json:"flush_assists,omitempty"`     // flushes a submitting goroutine ran: the flusher lacked CPU
 	FlushWaitMaxMs *float64 `json:"flush_wait_max_ms,omitempty"` // the longest a local join waited for its flush to start
+	LocalSkipped   *uint64  `json:"local_skipped,omitempty"`     // events sent to Redis without a local try: few joined locally (the gate)
 
 	// Interrupted: the run was stopped (SIGTERM, Ctrl-C) before it sent
 	// every event; Sent is how many were answered, and the figures are
