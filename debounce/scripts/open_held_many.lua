@@ -21,7 +21,7 @@
 --
 -- The openings' listings go out as one ZADD and one HSET at the end, not
 -- two commands per opening: measured under callgrind (issue 25, fifth
--- pass; eight fresh keys to a call, 300-byte identities), 48.8k -> 37.5k
+-- pass; eight fresh keys to a call, 330-byte identities), 48.8k -> 37.5k
 -- instructions per opening. Nothing in the call reads the due list or the
 -- identity hash, and the script is atomic, so no one sees the order.
 
