@@ -21,8 +21,8 @@
 --
 -- The openings' listings go out as one ZADD and one HSET at the end, not
 -- two commands per opening: measured under callgrind (issue 25, fifth
--- pass; eight fresh keys to a call, 330-byte identities), 48.8k -> 37.5k
--- instructions per opening. Nothing in the call reads the due list or the
+-- pass; scripts/join-cost.sh held: eight new keys to a call, 330-byte
+-- identities), 48.8k -> 38.0k instructions per opening. Nothing in the call reads the due list or the
 -- identity hash, and the script is atomic, so no one sees the order.
 
 -- Statuses: open_packed.lua's (Go: the status* constants in submit.go).
