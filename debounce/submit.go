@@ -422,7 +422,9 @@ func (c *Coalescer) keys(p *compiled, key RoundKey) []string {
 	if p.Mode == ModeThrottle {
 		return []string{redisKey(c.prefix, p.mix, key, "t"), redisKey(c.prefix, p.mix, key, "")}
 	}
-	return []string{redisKey(c.prefix, p.mix, key, "")}
+	// Room for the type's due list, which a join or an opening of a
+	// deferred policy adds (openRound): no second allocation.
+	return append(make([]string, 0, 2), redisKey(c.prefix, p.mix, key, ""))
 }
 
 // eval runs a script, batched with concurrent calls when batching is on;
@@ -535,7 +537,9 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 		// opening's arguments; a key with no round is opened below.
 		jkeys := keys[:1]
 		if p.deferred {
-			jkeys = []string{keys[0], p.dueKey}
+			// Into keys' spare room (keys); the opening below appends
+			// the same key there.
+			jkeys = append(jkeys, p.dueKey)
 		}
 		cmd, doubt := c.evalDoubt(ctx, joinRoundScript, jkeys, nowMs, p.extendArg, p.maxWaitArg, p.payloadArg, data, p.maxItemsArg)
 		if err := cmd.Err(); err != nil {
