@@ -114,7 +114,9 @@ func appendIdentity(b []byte, job Job) []byte {
 	b = append(b, `,"args":`...)
 	b = append(b, job.Args...)
 	b = append(b, `,"round":"`...)
-	b = append(b, job.Token.String()...)
+	if job.Token != 0 {
+		b = job.Token.appendHex(b)
+	}
 	b = append(b, `","opened":`...)
 	b = strconv.AppendInt(b, job.OpenedAt.UnixMilli(), 10)
 	if !job.DueAt.IsZero() {

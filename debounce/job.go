@@ -21,7 +21,17 @@ func (t Token) String() string {
 	if t == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%016x", uint64(t))
+	return string(t.appendHex(make([]byte, 0, 16)))
+}
+
+// appendHex appends the 16 hex digits String writes for t (a round's
+// identity writes its token without the allocations of a String).
+func (t Token) appendHex(b []byte) []byte {
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, digits[uint64(t)>>shift&0xf])
+	}
+	return b
 }
 
 // MarshalText implements encoding.TextMarshaler.

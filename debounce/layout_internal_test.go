@@ -1,6 +1,7 @@
 package debounce
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -47,5 +48,31 @@ func TestSeenEncoding(t *testing.T) {
 	}
 	if d := decodeSeen(packMaxSeen); d < 100*365*24*3600*1000 {
 		t.Errorf("the largest seen is %d ms, less than a century", d)
+	}
+}
+
+// TestTokenText: a token is written as 16 hex digits, zero-padded (what
+// round identities, job message ids and the API carry), read back by
+// ParseToken; the zero token is the empty string.
+func TestTokenText(t *testing.T) {
+	t.Parallel()
+	want := map[Token]string{
+		0: "", 1: "0000000000000001", 0xf: "000000000000000f", 0x00689d4aae71e0a6: "00689d4aae71e0a6",
+		0x8000000000000000: "8000000000000000", 0xffffffffffffffff: "ffffffffffffffff",
+	}
+	for i := range 1000 {
+		v := Token(rand.Uint64() >> (i % 64))
+		want[v] = fmt.Sprintf("%016x", uint64(v))
+		if v == 0 {
+			want[v] = ""
+		}
+	}
+	for tok, text := range want {
+		if got := tok.String(); got != text {
+			t.Fatalf("Token(%#x).String() = %q, want %q", uint64(tok), got, text)
+		}
+		if back, err := ParseToken(text); err != nil || back != tok {
+			t.Fatalf("ParseToken(%q) = %#x, %v, want %#x", text, uint64(back), err, uint64(tok))
+		}
 	}
 }
