@@ -537,8 +537,8 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 		// opening's arguments; a key with no round is opened below.
 		jkeys := keys[:1]
 		if p.deferred {
-			// Into keys' spare room (keys); the opening below appends
-			// the same key there.
+			// Into the room keys has for it (Coalescer.keys); the
+			// opening below appends the same key there.
 			jkeys = append(jkeys, p.dueKey)
 		}
 		cmd, doubt := c.evalDoubt(ctx, joinRoundScript, jkeys, nowMs, p.extendArg, p.maxWaitArg, p.payloadArg, data, p.maxItemsArg)
