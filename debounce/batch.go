@@ -49,9 +49,10 @@ type scriptCall struct {
 // each pipeline with its command (replication.go: WAIT) and returns what
 // checks its answer for the calls that pipeline sent.
 func evalPipelined(ctx context.Context, rdb interface{ Pipeline() redis.Pipeliner }, calls []*scriptCall, extra func(redis.Pipeliner), wait func(redis.Pipeliner) func([]*scriptCall)) {
+	_, plain := rdb.(*redis.Client) // keys by reference (callargs.go)
 	pipe := rdb.Pipeline()
 	for _, c := range calls {
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		c.cmd = evalSha(ctx, pipe, c.script, plain, c.keys, c.args)
 	}
 	if extra != nil {
 		extra(pipe)
@@ -75,7 +76,7 @@ func evalPipelined(ctx context.Context, rdb interface{ Pipeline() redis.Pipeline
 	}
 	pipe = rdb.Pipeline()
 	for _, c := range retry {
-		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+		c.cmd = evalSource(ctx, pipe, c.script, c.keys, c.args)
 	}
 	if wait != nil {
 		checkWait = wait(pipe)
@@ -123,7 +124,7 @@ func (b *batcher) eval(ctx context.Context, script evaler, keys []string, args .
 	defer b.inflight.Add(-1)
 	if b.inflight.Add(1) == 1 && b.gate.Load() == nil {
 		if !b.c.repl.active(ctx) {
-			return script.Run(ctx, b.rdb, keys, args...), nil
+			return runScript(ctx, b.rdb, script, keys, args), nil
 		}
 		sc := &scriptCall{script: script, keys: keys, args: args}
 		b.c.runScripts(ctx, []*scriptCall{sc}, nil)

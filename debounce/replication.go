@@ -417,7 +417,7 @@ func (c *Coalescer) evalDoubt(ctx context.Context, s evaler, keys []string, args
 // is followed by WAIT and its doubt returned.
 func (c *Coalescer) runDoubt(ctx context.Context, s evaler, keys []string, args ...any) (*redis.Cmd, error) {
 	if !c.repl.active(ctx) {
-		return s.Run(ctx, c.rdb, keys, args...), nil
+		return runScript(ctx, c.rdb, s, keys, args), nil
 	}
 	sc := &scriptCall{script: s, keys: keys, args: args}
 	c.runScripts(ctx, []*scriptCall{sc}, nil)
