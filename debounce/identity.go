@@ -45,17 +45,16 @@ const identityVersion = 1
 // appendHashIdentity adds the identity arguments of open_round.lua (k, g,
 // o) for job; with payload last, o (the opening args) only when asked for:
 // a round held in Redis until due publishes them as its job's body.
-func appendHashIdentity(argv []any, job Job, withArgs bool) []any {
-	k := make([]byte, 0, len(job.Key)+len(job.Type))
-	k = append(append(k, job.Key[:]...), job.Type...)
-	var g, o []byte
+func appendHashIdentity(a *callArgs, argv []any, job *Job, withArgs bool) []any {
+	k := a.took(append(append(a.room(), job.Key[:]...), job.Type...))
+	var g, o any = "", ""
 	if [32]byte(job.Fingerprint) != [32]byte(job.Key) {
-		g = job.Fingerprint[:]
+		g = a.bytes(a.took(append(a.room(), job.Fingerprint[:]...)))
 	}
 	if job.Payload != PayloadLast || withArgs {
-		o = job.Args
+		o = a.bytes(job.Args)
 	}
-	return append(argv, k, g, o)
+	return append(argv, a.bytes(k), g, o)
 }
 
 // hashIdentity rebuilds the job of a hash-layout round from its identity

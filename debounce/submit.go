@@ -419,12 +419,18 @@ func (c *Coalescer) storeDown(ctx context.Context, p *compiled, d Decision, job 
 
 // keys returns the round key and, for throttle, the window key.
 func (c *Coalescer) keys(p *compiled, key RoundKey) []string {
-	if p.Mode == ModeThrottle {
-		return []string{redisKey(c.prefix, p.mix, key, "t"), redisKey(c.prefix, p.mix, key, "")}
-	}
 	// Room for the type's due list, which a join or an opening of a
 	// deferred policy adds (openRound): no second allocation.
-	return append(make([]string, 0, 2), redisKey(c.prefix, p.mix, key, ""))
+	return c.keysIn(p, key, make([]string, 0, 2))
+}
+
+// keysIn is keys appended to dst (a callArgs' keys, with room for the due
+// list and the identity hash).
+func (c *Coalescer) keysIn(p *compiled, key RoundKey, dst []string) []string {
+	if p.Mode == ModeThrottle {
+		return append(dst, redisKey(c.prefix, p.mix, key, "t"), redisKey(c.prefix, p.mix, key, ""))
+	}
+	return append(dst, redisKey(c.prefix, p.mix, key, ""))
 }
 
 // eval runs a script, batched with concurrent calls when batching is on;
@@ -442,8 +448,9 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 	nowMs := now.UnixMilli()
 	rnd := newRnd()
 	expiry := now.Add(p.lifetime()).UnixMilli()
-	var args []any
-	var keys []string
+	a := new(callArgs) // the call's keys and arguments, one allocation
+	args := a.argv[:0]
+	keys := c.keysIn(p, key, a.keys[:0])
 	open := uint64(packOpen(rnd)) // the value a round opened now starts with
 	switch {
 	case hold:
@@ -453,16 +460,15 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 		if p.Exclusive {
 			job.Lease = p.Lease // whoever forwards it: the job carries its key's lease
 		}
-		keys = []string{redisKey(c.prefix, p.mix, key, ""), p.dueKey, p.idsKey}
+		keys = append(keys, p.dueKey, p.idsKey)
 		open |= uint64(packPub)
-		args = []any{open, expiry, nowMs, p.lifeArg, job.DueAt.UnixMilli(), appendIdentity(make([]byte, 0, identitySize(job)), job)}
+		args = append(args, a.uint(open), a.int(expiry), a.int(nowMs), p.lifeArg, a.int(job.DueAt.UnixMilli()),
+			a.bytes(appendIdentity(make([]byte, 0, identitySize(job)), job)))
 	case p.Mode == ModeThrottle:
 		wrnd := newRnd()
-		args = []any{open, expiry, nowMs, p.lifeArg, uint64(packOpen(wrnd)), p.windowArg, boolArg(p.Trailing), p.trailingArg}
-		keys = c.keys(p, key)
+		args = append(args, a.uint(open), a.int(expiry), a.int(nowMs), p.lifeArg, a.uint(uint64(packOpen(wrnd))), p.windowArg, boolArg(p.Trailing), p.trailingArg)
 	default:
-		args = []any{open, expiry, nowMs, p.lifeArg}
-		keys = c.keys(p, key)
+		args = append(args, a.uint(open), a.int(expiry), a.int(nowMs), p.lifeArg)
 	}
 	var res []int64
 	var err, doubt error
@@ -531,7 +537,9 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 	case PayloadAccumulate:
 		data = item
 	}
-	keys := c.keys(p, key)
+	a := new(callArgs) // the calls' keys and arguments, one allocation
+	keys := c.keysIn(p, key, a.keys[:0])
+	now1, data1 := a.int(nowMs), a.bytes(data)
 	if id == nil && p.Mode == ModeDebounce && !p.guess.opening() {
 		// Most events of the type join: the join alone, without the
 		// opening's arguments; a key with no round is opened below.
@@ -541,11 +549,14 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 			// opening below appends the same key there.
 			jkeys = append(jkeys, p.dueKey)
 		}
-		cmd, doubt := c.evalDoubt(ctx, joinRoundScript, jkeys, nowMs, p.extendArg, p.maxWaitArg, p.payloadArg, data, p.maxItemsArg)
+		// The join's arguments in the room argv has; the opening below
+		// writes its own there once the join is answered.
+		jargs := append(a.argv[:0], now1, p.extendArg, p.maxWaitArg, p.payloadArg, data1, p.maxItemsArg)
+		cmd, doubt := c.evalDoubt(ctx, joinRoundScript, jkeys, jargs...)
 		if err := cmd.Err(); err != nil {
 			return reply{}, err
 		}
-		ints, err := scriptInts(cmd.Val())
+		ints, err := scriptInts(cmd.Val(), a.ints[:0])
 		switch {
 		case err != nil:
 			return reply{}, fmt.Errorf("join_round: %w", err)
@@ -556,10 +567,9 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 			return reply{}, fmt.Errorf("join_round: unexpected reply %v", ints)
 		}
 	}
-	argv := make([]any, 0, 15)
-	argv = append(argv, strconv.FormatUint(uint64(token), 10), nowMs, now.Add(p.lifetime()).UnixMilli(), now.Add(p.Window).UnixMilli(),
-		p.extendArg, p.maxWaitArg, p.payloadArg, data, p.maxItemsArg)
-	argv = appendHashIdentity(argv, job, hold)
+	argv := append(a.argv[:0], a.uint(uint64(token)), now1, a.int(now.Add(p.lifetime()).UnixMilli()), a.int(now.Add(p.Window).UnixMilli()),
+		p.extendArg, p.maxWaitArg, p.payloadArg, data1, p.maxItemsArg)
+	argv = appendHashIdentity(a, argv, &job, hold)
 	switch {
 	case hold:
 		// Opened published and held in Redis until due (deferred.go);
@@ -586,7 +596,7 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 			return reply{}, err
 		}
 		var err error
-		if ints, err = scriptInts(cmd.Val()); err != nil {
+		if ints, err = scriptInts(cmd.Val(), a.ints[:0]); err != nil {
 			return reply{}, fmt.Errorf("open_round: %w", err)
 		}
 	} else {
@@ -641,20 +651,21 @@ func truncate(s string, n int) string {
 }
 
 // scriptInts reads a decision script's reply: an array of integers and
-// decimal strings, or a join's (join_tail.lua) numbers in one string.
-func scriptInts(v any) ([]int64, error) {
+// decimal strings, or a join's (join_tail.lua) numbers in one string
+// (appended to out).
+func scriptInts(v any, out []int64) ([]int64, error) {
 	switch v := v.(type) {
 	case []any:
 		return int64s(v)
 	case string:
-		return spacedInts(v)
+		return spacedInts(v, out)
 	}
 	return nil, fmt.Errorf("reply has type %T", v)
 }
 
-// spacedInts reads decimal numbers separated by single spaces.
-func spacedInts(s string) ([]int64, error) {
-	out := make([]int64, 0, 8)
+// spacedInts appends to out the decimal numbers of s, separated by single
+// spaces.
+func spacedInts(s string, out []int64) ([]int64, error) {
 	for i := 0; ; i++ {
 		field, rest, more := strings.Cut(s, " ")
 		n, err := strconv.ParseUint(field, 10, 64)
