@@ -40,38 +40,68 @@ func (s *strRef) MarshalBinary() ([]byte, error) {
 
 func (s *strRef) String() string { return string(*s) }
 
-// callArgs holds one script call's keys, arguments and their text, sized
-// for the largest decision call (open_round.lua held: 3 keys, 15
-// arguments, 8 of them numbers and byte slices whose text is about 130
-// bytes); past that, an argument is boxed as go-redis would box it.
+// callArgs holds one script call's keys and gives its numbers and byte
+// slices as arguments from the room of the struct that holds it: a
+// packedCall or a roundCall, each sized for its calls; past that room, an
+// argument is boxed as go-redis would box it.
 type callArgs struct {
 	keys [3]string
+	argv []any      // the call's arguments: room for them
+	refs []bytesRef // references given; cap: the room for them
+	text []byte     // the text written; cap: the room for it
+}
+
+// packedCall is open_packed.lua's: 3 keys, at most 8 arguments, 5 of them
+// numbers and byte slices (about 60 bytes of text).
+type packedCall struct {
+	callArgs
+	argv [8]any
+	refs [5]bytesRef
+	text [64]byte
+}
+
+func newPackedCall() *callArgs {
+	c := new(packedCall)
+	c.callArgs.argv, c.callArgs.refs, c.callArgs.text = c.argv[:0], c.refs[:0], c.text[:0]
+	return &c.callArgs
+}
+
+// roundCall is open_round.lua's and join_round.lua's: 3 keys, at most 15
+// arguments, 8 of them numbers and byte slices (about 130 bytes of text
+// with a job type of 30 bytes), and the reply's numbers (scriptInts).
+type roundCall struct {
+	callArgs
 	argv [15]any
 	refs [8]bytesRef
-	nref int
-	text [192]byte
-	used int
-	ints [8]int64 // the reply's numbers (scriptInts)
+	text [160]byte
+	ints [8]int64
+}
+
+func newRoundCall() *roundCall {
+	c := new(roundCall)
+	c.callArgs.argv, c.callArgs.refs, c.callArgs.text = c.argv[:0], c.refs[:0], c.text[:0]
+	return c
 }
 
 // ref returns b as an argument: by reference while refs has room.
 func (a *callArgs) ref(b []byte) any {
-	if a.nref == len(a.refs) {
+	n := len(a.refs)
+	if n == cap(a.refs) {
 		return b
 	}
-	r := &a.refs[a.nref]
-	*r = b
-	a.nref++
-	return r
+	a.refs = a.refs[:n+1]
+	a.refs[n] = b
+	return &a.refs[n]
 }
 
 // room is what is left of text, for an append.
-func (a *callArgs) room() []byte { return a.text[a.used:a.used] }
+func (a *callArgs) room() []byte { return a.text[len(a.text):len(a.text)] }
 
 // took records that t was appended to room(): what fitted stays taken.
 func (a *callArgs) took(t []byte) []byte {
-	if len(t) <= len(a.text)-a.used && unsafe.SliceData(t) == unsafe.SliceData(a.text[a.used:]) {
-		a.used += len(t)
+	n := len(a.text)
+	if len(t) <= cap(a.text)-n && unsafe.SliceData(t) == unsafe.SliceData(a.text[n:cap(a.text)]) {
+		a.text = a.text[:n+len(t)]
 	}
 	return t
 }

@@ -448,8 +448,8 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 	nowMs := now.UnixMilli()
 	rnd := newRnd()
 	expiry := now.Add(p.lifetime()).UnixMilli()
-	a := new(callArgs) // the call's keys and arguments, one allocation
-	args := a.argv[:0]
+	a := newPackedCall() // the call's keys and arguments, one allocation
+	args := a.argv
 	keys := c.keysIn(p, key, a.keys[:0])
 	open := uint64(packOpen(rnd)) // the value a round opened now starts with
 	switch {
@@ -537,7 +537,8 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 	case PayloadAccumulate:
 		data = item
 	}
-	a := new(callArgs) // the calls' keys and arguments, one allocation
+	rc := newRoundCall() // the calls' keys and arguments, one allocation
+	a := &rc.callArgs
 	keys := c.keysIn(p, key, a.keys[:0])
 	now1, data1 := a.int(nowMs), a.bytes(data)
 	if id == nil && p.Mode == ModeDebounce && !p.guess.opening() {
@@ -556,7 +557,7 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 		if err := cmd.Err(); err != nil {
 			return reply{}, err
 		}
-		ints, err := scriptInts(cmd.Val(), a.ints[:0])
+		ints, err := scriptInts(cmd.Val(), rc.ints[:0])
 		switch {
 		case err != nil:
 			return reply{}, fmt.Errorf("join_round: %w", err)
@@ -596,7 +597,7 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 			return reply{}, err
 		}
 		var err error
-		if ints, err = scriptInts(cmd.Val(), a.ints[:0]); err != nil {
+		if ints, err = scriptInts(cmd.Val(), rc.ints[:0]); err != nil {
 			return reply{}, fmt.Errorf("open_round: %w", err)
 		}
 	} else {
