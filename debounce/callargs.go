@@ -66,9 +66,25 @@ func newPackedCall() *callArgs {
 	return &c.callArgs
 }
 
-// roundCall is open_round.lua's and join_round.lua's: 3 keys, at most 15
-// arguments, 8 of them numbers and byte slices (about 130 bytes of text
-// with a job type of 30 bytes), and the reply's numbers (scriptInts).
+// joinCall is join_round.lua's: 2 keys, 6 arguments, 2 of them a number
+// and a byte slice, and the reply's numbers (scriptInts).
+type joinCall struct {
+	callArgs
+	argv [6]any
+	refs [2]bytesRef
+	text [24]byte
+	ints [8]int64
+}
+
+func newJoinCall() *joinCall {
+	c := new(joinCall)
+	c.callArgs.argv, c.callArgs.refs, c.callArgs.text = c.argv[:0], c.refs[:0], c.text[:0]
+	return c
+}
+
+// roundCall is open_round.lua's: 3 keys, at most 15 arguments, 8 of them
+// numbers and byte slices (about 130 bytes of text with a job type of 30
+// bytes), and the reply's numbers (scriptInts).
 type roundCall struct {
 	callArgs
 	argv [15]any

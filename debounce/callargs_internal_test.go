@@ -35,7 +35,7 @@ func TestCallArgsText(t *testing.T) {
 		t.Fatalf("argument of type %T", v)
 		return ""
 	}
-	for _, a := range []*callArgs{newPackedCall(), &newRoundCall().callArgs} {
+	for _, a := range []*callArgs{newPackedCall(), &newRoundCall().callArgs, &newJoinCall().callArgs} {
 		testCallArgsText(t, a, text)
 	}
 	key := "k:{x}"

@@ -419,8 +419,6 @@ func (c *Coalescer) storeDown(ctx context.Context, p *compiled, d Decision, job 
 
 // keys returns the round key and, for throttle, the window key.
 func (c *Coalescer) keys(p *compiled, key RoundKey) []string {
-	// Room for the type's due list, which a join or an opening of a
-	// deferred policy adds (openRound): no second allocation.
 	return c.keysIn(p, key, make([]string, 0, 2))
 }
 
@@ -537,39 +535,44 @@ func (c *Coalescer) openRound(ctx context.Context, p *compiled, job Job, now tim
 	case PayloadAccumulate:
 		data = item
 	}
-	rc := newRoundCall() // the calls' keys and arguments, one allocation
-	a := &rc.callArgs
-	keys := c.keysIn(p, key, a.keys[:0])
-	now1, data1 := a.int(nowMs), a.bytes(data)
+	var rkey string // the round's key, once made
 	if id == nil && p.Mode == ModeDebounce && !p.guess.opening() {
 		// Most events of the type join: the join alone, without the
 		// opening's arguments; a key with no round is opened below.
-		jkeys := keys[:1]
+		jc := newJoinCall() // the join's keys and arguments, one allocation
+		a := &jc.callArgs
+		jkeys := c.keysIn(p, key, a.keys[:0])
+		rkey = jkeys[0]
 		if p.deferred {
-			// Into the room keys has for it (Coalescer.keys); the
-			// opening below appends the same key there.
 			jkeys = append(jkeys, p.dueKey)
 		}
-		// The join's arguments in the room argv has; the opening below
-		// writes its own there once the join is answered.
-		jargs := append(a.argv[:0], now1, p.extendArg, p.maxWaitArg, p.payloadArg, data1, p.maxItemsArg)
+		jargs := append(a.argv, a.int(nowMs), p.extendArg, p.maxWaitArg, p.payloadArg, a.bytes(data), p.maxItemsArg)
 		cmd, doubt := c.evalDoubt(ctx, joinRoundScript, jkeys, jargs...)
 		if err := cmd.Err(); err != nil {
 			return reply{}, err
 		}
-		ints, err := scriptInts(cmd.Val(), rc.ints[:0])
+		ints, err := scriptInts(cmd.Val(), jc.ints[:0])
 		switch {
 		case err != nil:
 			return reply{}, fmt.Errorf("join_round: %w", err)
 		case len(ints) == 8:
 			p.guess.seen(false)
-			return hashReply(ints, keys[0], doubt, false, ""), nil
+			return hashReply(ints, rkey, doubt, false, ""), nil
 		case len(ints) != 1 || ints[0] != statusAbsent:
 			return reply{}, fmt.Errorf("join_round: unexpected reply %v", ints)
 		}
 	}
-	argv := append(a.argv[:0], a.uint(uint64(token)), now1, a.int(now.Add(p.lifetime()).UnixMilli()), a.int(now.Add(p.Window).UnixMilli()),
-		p.extendArg, p.maxWaitArg, p.payloadArg, data1, p.maxItemsArg)
+	rc := newRoundCall() // the opening's keys and arguments, one allocation
+	a := &rc.callArgs
+	var keys []string
+	if rkey != "" {
+		keys = append(a.keys[:0], rkey)
+	} else {
+		keys = c.keysIn(p, key, a.keys[:0])
+	}
+	now1 := a.int(nowMs)
+	argv := append(a.argv, a.uint(uint64(token)), now1, a.int(now.Add(p.lifetime()).UnixMilli()), a.int(now.Add(p.Window).UnixMilli()),
+		p.extendArg, p.maxWaitArg, p.payloadArg, a.bytes(data), p.maxItemsArg)
 	argv = appendHashIdentity(a, argv, &job, hold)
 	switch {
 	case hold:
