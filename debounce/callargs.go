@@ -62,8 +62,7 @@ type packedCall struct {
 
 func newPackedCall() *callArgs {
 	c := new(packedCall)
-	c.callArgs.argv, c.callArgs.refs, c.callArgs.text = c.argv[:0], c.refs[:0], c.text[:0]
-	return &c.callArgs
+	return c.callArgs.in(c.argv[:], c.refs[:], c.text[:])
 }
 
 // joinCall is join_round.lua's: 2 keys, 6 arguments, 2 of them a number
@@ -78,7 +77,7 @@ type joinCall struct {
 
 func newJoinCall() *joinCall {
 	c := new(joinCall)
-	c.callArgs.argv, c.callArgs.refs, c.callArgs.text = c.argv[:0], c.refs[:0], c.text[:0]
+	c.callArgs.in(c.argv[:], c.refs[:], c.text[:])
 	return c
 }
 
@@ -95,8 +94,14 @@ type roundCall struct {
 
 func newRoundCall() *roundCall {
 	c := new(roundCall)
-	c.callArgs.argv, c.callArgs.refs, c.callArgs.text = c.argv[:0], c.refs[:0], c.text[:0]
+	c.callArgs.in(c.argv[:], c.refs[:], c.text[:])
 	return c
+}
+
+// in gives a its room: the arrays of the struct that holds it.
+func (a *callArgs) in(argv []any, refs []bytesRef, text []byte) *callArgs {
+	a.argv, a.refs, a.text = argv[:0], refs[:0], text[:0]
+	return a
 }
 
 // ref returns b as an argument: by reference while refs has room.
