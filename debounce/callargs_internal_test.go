@@ -1,9 +1,13 @@
 package debounce
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,6 +127,101 @@ func TestScriptCallsSendTheirArguments(t *testing.T) {
 			keys := []string{fmt.Sprintf("%sk{%d}", testenv.Prefix(t), i)}
 			v, want := args(newPackedCall())
 			check(t, runScript(ctx, rdb, echo, keys, v), keys, want)
+		}
+	})
+}
+
+// respRecorder is a TCP server that speaks just enough RESP to record the
+// commands a go-redis client sends, byte for byte: HELLO is refused (the
+// client falls back to RESP2), every other command answered +OK.
+type respRecorder struct {
+	ln   net.Listener
+	cmds chan [][]byte
+}
+
+func newRESPRecorder(t testing.TB) *respRecorder {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &respRecorder{ln: ln, cmds: make(chan [][]byte, 16)}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go r.serve(conn)
+		}
+	}()
+	return r
+}
+
+func (r *respRecorder) serve(conn net.Conn) {
+	defer conn.Close()
+	rd := bufio.NewReader(conn)
+	line := func() (string, error) {
+		s, err := rd.ReadString('\n')
+		return strings.TrimSuffix(s, "\r\n"), err
+	}
+	for {
+		h, err := line()
+		if err != nil || !strings.HasPrefix(h, "*") {
+			return
+		}
+		n, _ := strconv.Atoi(h[1:])
+		args := make([][]byte, n)
+		for i := range args {
+			l, err := line()
+			if err != nil || !strings.HasPrefix(l, "$") {
+				return
+			}
+			size, _ := strconv.Atoi(l[1:])
+			b := make([]byte, size+2)
+			if _, err := io.ReadFull(rd, b); err != nil {
+				return
+			}
+			args[i] = b[:size]
+		}
+		if strings.EqualFold(string(args[0]), "hello") {
+			conn.Write([]byte("-ERR unknown command 'HELLO'\r\n"))
+			continue
+		}
+		r.cmds <- args
+		conn.Write([]byte("+OK\r\n"))
+	}
+}
+
+// FuzzCallArgsWire: a decision's call written through evalSha with its
+// arguments from a callArgs (keys by reference) is the same command, byte
+// for byte, as go-redis's own Script.EvalSha with the values boxed.
+func FuzzCallArgsWire(f *testing.F) {
+	f.Add(int64(1_796_656_532_243), uint64(8290281888981298547), []byte(`{"tenant_id":"t-1"}`), "k:{x}", int64(-3))
+	f.Add(int64(0), uint64(0), []byte{}, "", int64(255))
+	f.Add(int64(256), uint64(1<<63), []byte("\x00\r\n$3\r\n"), "a\r\nb", int64(-1<<63))
+	f.Add(int64(-257), uint64(1<<64-1), []byte(nil), "{tag}"+strings.Repeat("k", 300), int64(1<<63-1))
+	rec := newRESPRecorder(f)
+	rdb := redis.NewClient(&redis.Options{Addr: rec.ln.Addr().String(), DisableIdentity: true, MaxRetries: -1, PoolSize: 1})
+	f.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	script := joinRoundScript
+	f.Fuzz(func(t *testing.T, n int64, u uint64, data []byte, key string, m int64) {
+		keys := []string{key, key + "due"}
+		script.EvalSha(ctx, rdb, keys, n, u, data, "s", m, []byte(key))
+		want := <-rec.cmds
+		for _, a := range []*callArgs{newPackedCall(), &newJoinCall().callArgs, &newRoundCall().callArgs} {
+			args := []any{a.int(n), a.uint(u), a.bytes(data), "s", a.int(m), a.bytes([]byte(key))}
+			evalSha(ctx, rdb, script, true, keys, args)
+			got := <-rec.cmds
+			if len(got) != len(want) {
+				t.Fatalf("%d arguments sent, go-redis sends %d: %q vs %q", len(got), len(want), got, want)
+			}
+			for i := range want {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Errorf("argument %d: %q, go-redis sends %q", i, got[i], want[i])
+				}
+			}
 		}
 	})
 }
