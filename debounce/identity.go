@@ -85,9 +85,12 @@ func (c *Coalescer) hashIdentity(k, g, o, a string) (Job, bool) {
 }
 
 // identitySize bounds the size appendIdentity writes for job, so that it
-// writes into one allocation.
+// writes into one allocation: 344 bytes of names, hex and numbers at their
+// longest (every number 20 characters), the type, mode, payload and trace
+// context as they are (quoted: none has a character to escape; Submit
+// refuses any other) and the args. TestIdentitySizeBounds checks it.
 func identitySize(job Job) int {
-	return 256 + len(job.Type) + len(job.Mode) + len(job.Payload) + len(job.TraceParent) + len(job.Args)
+	return 344 + len(job.Type) + len(job.Mode) + len(job.Payload) + len(job.TraceParent) + len(job.Args)
 }
 
 // appendIdentity writes the identity of a packed round's job, with the

@@ -1,9 +1,15 @@
 package debounce
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/coalesce-io/coalesce/fingerprint"
 )
 
 // TestSeenEncoding: the 16-bit last-seen field is exact below 4 s, within
@@ -73,6 +79,29 @@ func TestTokenText(t *testing.T) {
 		}
 		if back, err := ParseToken(text); err != nil || back != tok {
 			t.Fatalf("ParseToken(%q) = %#x, %v, want %#x", text, uint64(back), err, uint64(tok))
+		}
+	}
+}
+
+// TestIdentitySizeBounds: identitySize is a true bound of what
+// appendIdentity writes, so a held opening's identity is written into its
+// one allocation, not grown (and copied) on the way: the longest type, the
+// longest times, token, lease and TTL, a trace context.
+func TestIdentitySizeBounds(t *testing.T) {
+	t.Parallel()
+	for _, job := range []Job{
+		{Type: "t", Args: json.RawMessage(`{}`), Mode: ModeDebounce, Payload: PayloadFirst},
+		{
+			Type: strings.Repeat("T", fingerprint.MaxTypeLen), Args: json.RawMessage(`{"tenant_id":"tenant-1"}`),
+			Mode: ModeDebounce, Payload: PayloadAccumulate, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			Token: Token(math.MaxUint64), TTL: 1<<63 - 1, Lease: 1<<63 - 1,
+			OpenedAt: time.UnixMilli(-1 << 62), DueAt: time.UnixMilli(-1 << 62),
+		},
+	} {
+		size := identitySize(job)
+		b := appendIdentity(make([]byte, 0, size), job)
+		if len(b) > size || cap(b) != size {
+			t.Errorf("identity of %d bytes (capacity %d) for a bound of %d: %s", len(b), cap(b), size, b)
 		}
 	}
 }
