@@ -61,9 +61,9 @@ type mergeKind struct {
 	// group names the shared call sc can join (a comparable value, built
 	// without allocating), ok false when none.
 	group func(sc *scriptCall) (name any, ok bool)
-	// start makes the shared call from its first member; add appends a
-	// member's keys and arguments.
-	start func(sc *scriptCall) *scriptCall
+	// start makes the shared call from its first member, with room for
+	// the keys and arguments of n members; add appends a member's.
+	start func(sc *scriptCall, n int) *scriptCall
 	add   func(shared, sc *scriptCall)
 }
 
@@ -76,8 +76,9 @@ var mergeKinds = []mergeKind{
 			}
 			return heldName{sc.keys[1], sc.keys[2]}, true
 		},
-		start: func(sc *scriptCall) *scriptCall {
-			return &scriptCall{script: openHeldManyScript, keys: []string{sc.keys[1], sc.keys[2]}}
+		start: func(sc *scriptCall, n int) *scriptCall {
+			keys := append(make([]string, 0, 2+n), sc.keys[1], sc.keys[2])
+			return &scriptCall{script: openHeldManyScript, keys: keys, args: make([]any, 0, n*heldArgs)}
 		},
 		add: func(shared, sc *scriptCall) {
 			shared.keys = append(shared.keys, sc.keys[0])
@@ -96,10 +97,11 @@ var mergeKinds = []mergeKind{
 			}
 			return n, true
 		},
-		start: func(sc *scriptCall) *scriptCall {
-			shared := &scriptCall{script: joinManyScript, args: []any{"0", sc.args[1], sc.args[2], sc.args[3], sc.args[5]}}
+		start: func(sc *scriptCall, n int) *scriptCall {
+			args := append(make([]any, 0, 5+2*n), "0", sc.args[1], sc.args[2], sc.args[3], sc.args[5])
+			shared := &scriptCall{script: joinManyScript, keys: make([]string, 0, 1+n), args: args}
 			if len(sc.keys) == 2 {
-				shared.keys, shared.args[0] = []string{sc.keys[1]}, "1"
+				shared.keys, shared.args[0] = append(shared.keys, sc.keys[1]), "1"
 			}
 			return shared
 		},
@@ -145,7 +147,7 @@ func (b *batcher) merge(ctx context.Context, calls []*scriptCall) ([]*scriptCall
 		g := groups[name]
 		if g == nil {
 			// The shared call takes its first member's place.
-			g = &mergeGroup{call: kind.start(sc)}
+			g = &mergeGroup{call: kind.start(sc, count[name]), members: make([]*scriptCall, 0, count[name])}
 			groups[name] = g
 			order = append(order, g)
 			send = append(send, g.call)
