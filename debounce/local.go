@@ -223,6 +223,10 @@ func newLocalState(every, guard time.Duration, max int) *localState {
 	return ls
 }
 
+// suspended says local answers are stopped: flushes fail, or the one under
+// way (or a read holding them back) waits.
+func (ls *localState) suspended() bool { return ls.failing.Load() || ls.flushStalled() }
+
 // flushStalled reports the flush lock held for longer than flushMargin,
 // the round trip the guard allows a flush: a flush (or a read under the
 // lock, Inspect's) waits on Redis, the events answered meanwhile may reach
@@ -281,7 +285,7 @@ func (c *Coalescer) LocalStats() LocalStats {
 // learn or settle with it.
 func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev Event, now time.Time) (d Decision, ok bool, opener *localRound) {
 	ls := c.local
-	if ls.failing.Load() || ls.flushStalled() {
+	if ls.suspended() {
 		// Flushes fail, or the one under way (or a read holding them
 		// back) waits: Redis unreachable, or a blackhole until the read
 		// timeout. Answer nothing here that could not reach Redis;

@@ -191,7 +191,11 @@ func (c *Coalescer) submitPrepared(ctx context.Context, pr Prepared) (d Decision
 	// An event with an idempotency key goes to Redis, where its record is.
 	if p.local && pr.idem == nil && (p.gate == nil || p.gate.admit()) {
 		ld, ok, op := c.joinLocal(ctx, p, key, ev, now)
-		if p.gate != nil {
+		if p.gate != nil && (ok || !c.local.suspended()) {
+			// A try declined because local answers are stopped (Redis
+			// out of reach for flushes) says nothing of the type's
+			// events: not measured, or an outage would turn a storm
+			// type cold.
 			p.gate.record(ok)
 		}
 		if ok {
