@@ -197,16 +197,38 @@ func chaosOutbox(t *testing.T, embedded bool) {
 	}
 	// Wait (bounded) for every committed event to reach a job started after
 	// its commit, and for the outbox to drain.
+	// A commit shortly before a SIGKILL of redis-server that held answered
+	// writes outside its AOF (INFO persistence read before the kill: a slow
+	// background fsync; Redis's own everysec behaviour, counted apart by
+	// the main check too, check.go AOFLoss) may have been decided in the
+	// writes it lost, its row deleted: such a loss is counted apart, not
+	// failed. The window is the kill's 2 s of held writes plus 2 s from a
+	// commit to its decision (the relay polls every 200 ms).
+	e.mu.Lock()
+	aofKills := append([]Interval(nil), e.aofLoss...)
+	e.mu.Unlock()
+	inAOFLoss := func(at int64) bool {
+		for _, k := range aofKills {
+			if at <= k.To && at >= k.From-int64(2*time.Second) {
+				return true
+			}
+		}
+		return false
+	}
 	start := time.Now()
-	var lost []string
+	var lost, aofLost []string
 	var backlog int64
 	for {
 		e.readJobs()
-		lost = lost[:0]
+		lost, aofLost = lost[:0], aofLost[:0]
 		covered := coveredItems(e.starts)
 		for eid, at := range committed {
 			if covered[eid] <= at {
-				lost = append(lost, eid)
+				if inAOFLoss(at) {
+					aofLost = append(aofLost, eid)
+				} else {
+					lost = append(lost, eid)
+				}
 			}
 		}
 		backlog, _, err = outbox.Backlog(ctx, conn)
@@ -245,10 +267,13 @@ func chaosOutbox(t *testing.T, embedded bool) {
 	e.mu.Lock()
 	faults := len(e.faults)
 	e.mu.Unlock()
-	t.Logf("outbox chaos (%s): %d events committed (%d rolled back), %d jobs started; lost %d, rolled back in a job %d, "+
+	t.Logf("outbox chaos (%s): %d events committed (%d rolled back), %d jobs started; lost %d (and %d in a Redis kill's writes outside its AOF, of %d such kills), rolled back in a job %d, "+
 		"in two jobs %d (relayed again after a relay kill), committed unlogged in a job %d, dead rows %d, outbox left %d; %d faults; settled in %v",
-		name, len(committed), len(rolledBack), len(e.starts), len(lost), countIn(inJobs, rolledBack), again, unlogged, dead, backlog, faults, time.Since(start).Round(time.Millisecond))
+		name, len(committed), len(rolledBack), len(e.starts), len(lost), len(aofLost), len(aofKills), countIn(inJobs, rolledBack), again, unlogged, dead, backlog, faults, time.Since(start).Round(time.Millisecond))
 	if len(lost) > 0 {
+		e.mu.Lock()
+		t.Logf("fault actions: %s", strings.Join(e.faults, "; "))
+		e.mu.Unlock()
 		sort.Strings(lost)
 		for _, eid := range lost[:min(5, len(lost))] {
 			t.Logf("lost %s: COMMIT sent at %s, in %d jobs, the latest started at %s", eid,
