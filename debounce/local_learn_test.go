@@ -198,8 +198,9 @@ func lostFlushReply(t *testing.T, b backend, edit func(*debounce.Config), p debo
 }
 
 // flushesDown, once lostFirst is set and a flush has lost its reply (the
-// loseReply hook added after it), fails every later flush without
-// sending it: Redis out of reach, until on is cleared.
+// loseReply hook added after it), or once on is set, fails every later
+// flush (every pipeline; a lone decision passes) without sending it: Redis
+// out of reach, until on is cleared.
 type flushesDown struct{ lostFirst, on atomic.Bool }
 
 func (*flushesDown) DialHook(next redis.DialHook) redis.DialHook          { return next }

@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/coalesce-io/coalesce/debounce"
 	"github.com/coalesce-io/coalesce/internal/testenv"
@@ -112,24 +109,6 @@ func TestLocalJoinsOnAreNotGated(t *testing.T) {
 	}
 }
 
-// pipelinesDown fails every pipeline while on (a flush is one; a lone
-// decision is not): flushes cannot reach Redis, decisions can.
-type pipelinesDown struct{ on atomic.Bool }
-
-func (*pipelinesDown) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*pipelinesDown) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h *pipelinesDown) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.on.Load() {
-			for _, cmd := range cmds {
-				cmd.SetErr(fmt.Errorf("dial tcp: connection refused (test: flushes out of reach)"))
-			}
-			return cmds[0].Err()
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // TestLocalJoinsStayWarmThroughFailingFlushes: while flushes fail, a
 // storm's events skip the local try and go to Redis; those are not misses
 // of the type's local joins, so the gate keeps the type warm and its events
@@ -140,7 +119,7 @@ func (h *pipelinesDown) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 func TestLocalJoinsStayWarmThroughFailingFlushes(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.SharedRedis(t).Client(t)
-	down := &pipelinesDown{}
+	down := &flushesDown{} // on: every pipeline (a flush) fails; a lone decision passes
 	rdb.AddHook(down)
 	c, err := debounce.New(debounce.Config{
 		Redis: rdb, Publisher: debounce.PublisherFunc(func(context.Context, debounce.Job) error { return nil }),
