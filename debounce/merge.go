@@ -39,14 +39,13 @@ const (
 	joinArgs = 6
 )
 
-// heldName groups held openings: the type's due list and identity hash.
-type heldName struct{ list, ids string }
-
-// joinName groups joins: the type's due list ("" when its rounds are not
-// held) and the policy's arguments join_round.lua takes for every event
-// (int64 and string values, comparable).
-type joinName struct {
-	list                               string
+// mergeName names the shared call a call can join: for held openings the
+// type's due list and identity hash; for joins the type's due list (""
+// when its rounds are not held) and the policy's arguments join_round.lua
+// takes for every event (int64 and string values, comparable). A struct
+// rather than an interface: boxing one allocated, once per call.
+type mergeName struct {
+	list, ids                          string
 	extend, maxWait, payload, maxItems any
 }
 
@@ -58,9 +57,8 @@ type mergeGroup struct {
 
 // mergeKind says which calls a shared call can stand for, and builds it.
 type mergeKind struct {
-	// group names the shared call sc can join (a comparable value, built
-	// without allocating), ok false when none.
-	group func(sc *scriptCall) (name any, ok bool)
+	// group names the shared call sc can join, ok false when none.
+	group func(sc *scriptCall) (name mergeName, ok bool)
 	// start makes the shared call from its first member, with room for
 	// the keys and arguments of n members; add appends a member's.
 	start func(sc *scriptCall, n int) *scriptCall
@@ -69,12 +67,12 @@ type mergeKind struct {
 
 var mergeKinds = []mergeKind{
 	{ // held openings of one type: its due list and identity hash
-		group: func(sc *scriptCall) (any, bool) {
+		group: func(sc *scriptCall) (mergeName, bool) {
 			s, ok := sc.script.(*redis.Script)
 			if !ok || s != openPackedScript || len(sc.keys) != 3 || len(sc.args) != heldArgs {
-				return nil, false
+				return mergeName{}, false
 			}
-			return heldName{sc.keys[1], sc.keys[2]}, true
+			return mergeName{list: sc.keys[1], ids: sc.keys[2]}, true
 		},
 		start: func(sc *scriptCall, n int) *scriptCall {
 			keys := append(make([]string, 0, 2+n), sc.keys[1], sc.keys[2])
@@ -86,12 +84,12 @@ var mergeKinds = []mergeKind{
 		},
 	},
 	{ // joins of one policy: its due list (if any) and its settings
-		group: func(sc *scriptCall) (any, bool) {
+		group: func(sc *scriptCall) (mergeName, bool) {
 			s, ok := sc.script.(*redis.Script)
 			if !ok || s != joinRoundScript || len(sc.keys) < 1 || len(sc.keys) > 2 || len(sc.args) != joinArgs {
-				return nil, false
+				return mergeName{}, false
 			}
-			n := joinName{extend: sc.args[1], maxWait: sc.args[2], payload: sc.args[3], maxItems: sc.args[5]}
+			n := mergeName{extend: sc.args[1], maxWait: sc.args[2], payload: sc.args[3], maxItems: sc.args[5]}
 			if len(sc.keys) == 2 {
 				n.list = sc.keys[1]
 			}
@@ -115,6 +113,11 @@ var mergeKinds = []mergeKind{
 // merge returns the calls to send, where two or more calls of one kind and
 // group share one call, and what hands the shared calls' replies back to
 // their members once they are sent.
+//
+// A pipeline holds a few groups (most often one type's joins or held
+// openings), so they are found by comparing names in a short list rather
+// than in maps keyed by interfaces, whose hashing of each name's fields
+// was most of merge's cost (CPU profile, payload last at 50 in flight).
 func (b *batcher) merge(ctx context.Context, calls []*scriptCall) ([]*scriptCall, func()) {
 	if len(calls) < 2 {
 		return calls, func() {}
@@ -122,42 +125,65 @@ func (b *batcher) merge(ctx context.Context, calls []*scriptCall) ([]*scriptCall
 	if _, ok := b.rdb.(*redis.Client); !ok {
 		return calls, func() {} // Cluster, Ring: one call each
 	}
-	names := make([]any, len(calls))
-	kinds := make([]int, len(calls))
-	count := map[any]int{}
-	for i, sc := range calls {
-		for k, kind := range mergeKinds {
-			if name, ok := kind.group(sc); ok {
-				names[i], kinds[i] = name, k
-				count[name]++
-				break
-			}
-		}
+	type group struct {
+		name mergeName
+		kind int
+		n    int
+		g    *mergeGroup
 	}
-	groups := map[any]*mergeGroup{}
+	var groupsRoom [8]group
+	groups := groupsRoom[:0]
+	var inRoom [64]int32
+	in := inRoom[:0] // each call's group, -1 for none
+	if len(calls) > len(inRoom) {
+		in = make([]int32, 0, len(calls))
+	}
+	shared := false
+	for _, sc := range calls {
+		at := int32(-1)
+		for k, kind := range mergeKinds {
+			name, ok := kind.group(sc)
+			if !ok {
+				continue
+			}
+			for i := range groups {
+				if groups[i].kind == k && groups[i].name == name {
+					at = int32(i)
+					break
+				}
+			}
+			if at < 0 {
+				at = int32(len(groups))
+				groups = append(groups, group{name: name, kind: k})
+			}
+			groups[at].n++
+			shared = shared || groups[at].n == 2
+			break
+		}
+		in = append(in, at)
+	}
+	if !shared {
+		return calls, func() {}
+	}
 	var order []*mergeGroup
 	send := make([]*scriptCall, 0, len(calls))
 	for i, sc := range calls {
-		name := names[i]
-		if name == nil || count[name] < 2 {
+		at := in[i]
+		if at < 0 || groups[at].n < 2 {
 			send = append(send, sc)
 			continue
 		}
-		kind := mergeKinds[kinds[i]]
-		g := groups[name]
-		if g == nil {
+		gr := &groups[at]
+		kind := mergeKinds[gr.kind]
+		if gr.g == nil {
 			// The shared call takes its first member's place.
-			g = &mergeGroup{call: kind.start(sc, count[name]), members: make([]*scriptCall, 0, count[name])}
-			groups[name] = g
-			order = append(order, g)
-			send = append(send, g.call)
+			gr.g = &mergeGroup{call: kind.start(sc, gr.n), members: make([]*scriptCall, 0, gr.n)}
+			order = append(order, gr.g)
+			send = append(send, gr.g.call)
 		}
-		g.members = append(g.members, sc)
-		kind.add(g.call, sc)
-		b.merged[kinds[i]].Add(1)
-	}
-	if len(order) == 0 {
-		return calls, func() {}
+		gr.g.members = append(gr.g.members, sc)
+		kind.add(gr.g.call, sc)
+		b.merged[gr.kind].Add(1)
 	}
 	return send, func() {
 		for _, g := range order {
