@@ -19,17 +19,9 @@
 -- (issue 25, third pass).
 -- Returns 'status token count first due published fire version'.
 local d, version = f[3], f[5]
-local n = (tonumber(f[6]) or 0) + 1
-local h = {'n', n, 'l', now_arg}
-if payload == 'last' then
-  h[5], h[6] = 'a', data
-  -- The round's payload key (lastkey.go), if it has one, stays the latest:
-  -- z 0 says it has none; a round without z was opened by an older
-  -- version and may have one (SET XX finds out).
-  if f[7] ~= '0' then
-    redis.call('SET', key .. 'a' .. f[1], data, 'XX', 'KEEPTTL')
-  end
-end
+-- The count as a string, made once: a number would be formatted twice,
+-- for the HSET (%.17g) and for the reply (%.14g).
+local n = tostring((tonumber(f[6]) or 0) + 1)
 local status, fire, moved = JOINED, 0, false
 if extend_ms > 0 then
   local nd = tonumber(now_arg) + extend_ms
@@ -41,26 +33,43 @@ if extend_ms > 0 then
     moved = true
   end
 end
-if payload == 'accumulate' and redis.call('HEXISTS', key, 'i' .. data) == 0 then
-  -- A new distinct item: m counts them; the one that fills the round
-  -- makes it due now. HEXISTS, not HSETNX: a read, so that the join is one
-  -- write (one command to the AOF and the replicas, no MULTI around it).
-  local m = (tonumber(f[7]) or 0) + 1
-  h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'm', m, 'i' .. data, '1'
-  if m == max_items then
-    d = tonumber(now_arg)
-    moved = true
-    if due_list and f[8] == '1' then
-      -- Held in the due list: due now, the forwarder publishes it.
-      redis.call('ZADD', due_list, d, key)
-    else
-      fire = 1
-      version = tonumber(version) + 1
-      h[#h + 1], h[#h + 2] = 'v', version
+if payload == 'last' then
+  -- The round's payload key (lastkey.go), if it has one, stays the latest:
+  -- z 0 says it has none; a round without z was opened by an older
+  -- version and may have one (SET XX finds out).
+  if f[7] ~= '0' then
+    redis.call('SET', key .. 'a' .. f[1], data, 'XX', 'KEEPTTL')
+  end
+  -- Its fields given to HSET as they are, without a table to unpack.
+  if moved then
+    redis.call('HSET', key, 'n', n, 'l', now_arg, 'a', data, 'd', d)
+  else
+    redis.call('HSET', key, 'n', n, 'l', now_arg, 'a', data)
+  end
+else
+  local h = {'n', n, 'l', now_arg}
+  local item = payload == 'accumulate' and 'i' .. data
+  if item and redis.call('HEXISTS', key, item) == 0 then
+    -- A new distinct item: m counts them; the one that fills the round
+    -- makes it due now. HEXISTS, not HSETNX: a read, so that the join is one
+    -- write (one command to the AOF and the replicas, no MULTI around it).
+    local m = (tonumber(f[7]) or 0) + 1
+    h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4] = 'm', m, item, '1'
+    if m == max_items then
+      d = tonumber(now_arg)
+      moved = true
+      if due_list and f[8] == '1' then
+        -- Held in the due list: due now, the forwarder publishes it.
+        redis.call('ZADD', due_list, d, key)
+      else
+        fire = 1
+        version = tonumber(version) + 1
+        h[#h + 1], h[#h + 2] = 'v', version
+      end
     end
   end
+  if moved then h[#h + 1], h[#h + 2] = 'd', d end
+  redis.call('HSET', key, unpack(h))
 end
-if moved then h[#h + 1], h[#h + 2] = 'd', d end
-redis.call('HSET', key, unpack(h))
 return (status == JOINED and '0 ' or '4 ') .. f[1] .. ' ' .. n .. ' ' .. f[2] .. ' ' .. d .. ' ' .. f[4] ..
   (fire == 1 and ' 1 ' or ' 0 ') .. version
