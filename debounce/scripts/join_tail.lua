@@ -1,7 +1,7 @@
 -- The join of a hash-layout round: the end of open_round.lua and of
 -- join_round.lua (scripts.go appends it to both) and join_many.lua's join
 -- function. It expects these locals: key (the round), f (HMGET t f d p v
--- n, then m with payload accumulate or z otherwise, then q, of it, a token
+-- n, then m and q with payload accumulate or z otherwise, of it, a token
 -- present), now_arg (the event's time, unix ms, as sent), payload, data,
 -- extend_ms, max_wait_ms, max_items, due_list (the type's due list, or nil)
 -- and the statuses JOINED and EXTENDED.
