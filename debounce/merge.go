@@ -26,7 +26,8 @@ var (
 	//go:embed scripts/open_held_many.lua
 	openHeldManyLua string
 	//go:embed scripts/join_many.lua
-	joinManyLua string
+	joinManyLuaFile string
+	joinManyLua     = withFields(joinManyLuaFile)
 
 	openHeldManyScript = redis.NewScript(withSeen(openHeldManyLua))
 	joinManyScript     = redis.NewScript(strings.Replace(joinManyLua, "--JOIN--", joinTailLua, 1))

@@ -28,7 +28,8 @@ var (
 	//go:embed scripts/mark_packed.lua
 	markPackedLua string
 	//go:embed scripts/open_round.lua
-	openRoundLua string
+	openRoundLuaFile string
+	openRoundLua     = withFields(openRoundLuaFile)
 	//go:embed scripts/take_round.lua
 	takeRoundLua string
 	//go:embed scripts/mark_round.lua
@@ -60,9 +61,12 @@ var (
 	//go:embed scripts/forward_done.lua
 	forwardDoneLua string
 	//go:embed scripts/join_round.lua
-	joinRoundLua string
+	joinRoundLuaFile string
+	joinRoundLua     = withFields(joinRoundLuaFile)
 	//go:embed scripts/join_tail.lua
 	joinTailLua string
+	//go:embed scripts/join_fields.lua
+	joinFieldsLua string
 
 	openPackedScript    = redis.NewScript(openPackedLua)
 	releasePackedScript = redis.NewScript(releasePackedLua)
@@ -101,6 +105,12 @@ const (
 	closeSuperseded = 6  // take: taken by another version's message
 	closeDone       = 7  // take: its job finished a moment ago
 )
+
+// withFields puts scripts/join_fields.lua (the HMGET of the round's fields
+// a join reads) in place of a script's FIELDS marker.
+func withFields(lua string) string {
+	return strings.Replace(lua, "--FIELDS--", joinFieldsLua, 1)
+}
 
 // withSeen puts scripts/seen.lua (the packed layout's encoding of the
 // latest event's time, and its join of one event) in place of a script's

@@ -162,21 +162,25 @@ func TestScriptsNameTheirArguments(t *testing.T) {
 }
 
 // TestScriptsGetTheirShared: the scripts composed from several files have
-// each part in place (scripts/seen.lua, join_tail.lua): a marker left in a
+// each part in place (scripts/seen.lua, join_tail.lua, join_fields.lua): a marker left in a
 // script would be a Lua comment, and its call of the part a runtime error.
 func TestScriptsGetTheirShared(t *testing.T) {
 	for name, lua := range map[string]string{
 		"open_packed": openPackedLua, "flush_packed": withSeen(flushPackedLua), "open_held_many": withSeen(openHeldManyLua),
 		"idempotent(open_packed)": wrapIdempotent(openPackedLua), "join_many": strings.Replace(joinManyLua, "--JOIN--", joinTailLua, 1),
 		"open_round": withSeen(openRoundLua), "idempotent(open_round)": wrapIdempotent(withSeen(openRoundLua) + joinTailLua),
+		"join_round": joinRoundLua + joinTailLua,
 	} {
-		for _, marker := range []string{"--SEEN--", "--JOIN--", "--DECIDE--"} {
+		for _, marker := range []string{"--SEEN--", "--JOIN--", "--DECIDE--", "--FIELDS--"} {
 			if strings.Contains(lua, marker) {
 				t.Errorf("%s still has its %s marker", name, marker)
 			}
 		}
 		if (strings.Contains(lua, "seen(") || strings.Contains(lua, "packed_join(")) && !strings.Contains(lua, "local function packed_join(") {
 			t.Errorf("%s calls seen or packed_join but has not got them", name)
+		}
+		if strings.Contains(lua, "f[7]") && !strings.Contains(lua, "f = redis.call('HMGET', key,") {
+			t.Errorf("%s reads a round's fields it has not got", name)
 		}
 	}
 }

@@ -21,8 +21,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
-# The script as scripts.go builds it: join_tail.lua in place of join_many's
-# marker, seen.lua in place of open_held_many's.
+# The script as scripts.go builds it: join_tail.lua and join_fields.lua in
+# place of join_many's markers, seen.lua in place of open_held_many's.
 script=join_many.lua
 [ "$payload" = held ] && script=open_held_many.lua
 python3 - "$root/debounce/scripts" "$script" "$work/script.lua" <<'PY'
@@ -31,6 +31,7 @@ d, name, out = sys.argv[1], sys.argv[2], sys.argv[3]
 src = open(d + "/" + name).read()
 src = src.replace("--JOIN--", open(d + "/join_tail.lua").read(), 1)
 src = src.replace("--SEEN--", open(d + "/seen.lua").read(), 1)
+src = src.replace("--FIELDS--", open(d + "/join_fields.lua").read(), 1)
 open(out, "w").write(src)
 PY
 

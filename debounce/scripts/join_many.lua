@@ -38,13 +38,8 @@ end
 local out = {}
 for i = from, #KEYS do
   local key, j = KEYS[i], 5 + 2 * (i - from) + 1
-  -- The fields the join reads (join_round.lua).
-  local f
-  if payload == 'accumulate' then
-    f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'm', 'q')
-  else
-    f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'z')
-  end
+  -- The fields the join reads (scripts/join_fields.lua): f.
+  --FIELDS--
   if not f[1] then
     out[#out + 1] = {ABSENT}
   else

@@ -28,15 +28,7 @@ local extend_ms, max_wait_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local payload, data, max_items = ARGV[4], ARGV[5], tonumber(ARGV[6])
 if payload == 'last+' then payload = 'last' end
 
--- The fields the join reads (join_tail.lua): f[7] is m with payload
--- accumulate, z otherwise; f[8] q, with accumulate only (the join that
--- fills a round reads it). Each field costs its HMGET a scan of the hash:
--- q left out, a payload-last join costs Redis 5% less (callgrind).
-local f
-if payload == 'accumulate' then
-  f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'm', 'q')
-else
-  f = redis.call('HMGET', key, 't', 'f', 'd', 'p', 'v', 'n', 'z')
-end
+-- The fields the join reads (scripts/join_fields.lua): f.
+--FIELDS--
 if not f[1] then return {ABSENT} end
 
