@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,9 @@ type req struct {
 	done chan struct{}
 }
 
+// modes are the ways to send, as the package doc describes them.
+var modes = []string{"set-direct", "set-batched", "hset-batched", "script-batched", "script-direct", "set-pipe1", "script-pipe1"}
+
 var hsetScript = redis.NewScript(`redis.call('HSET', KEYS[1], 'a', ARGV[1], 'n', ARGV[2]) return 1`)
 
 func main() {
@@ -58,7 +62,7 @@ func main() {
 func run(argv []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("floor", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:7911", "Redis address")
-	mode := fs.String("mode", "set-batched", "set-direct, set-batched, hset-batched, script-batched, script-direct, set-pipe1 or script-pipe1")
+	mode := fs.String("mode", "set-batched", "one of "+strings.Join(modes, ", "))
 	conc := fs.Int("concurrency", 50, "callers")
 	n := fs.Int("events", 100000, "events")
 	k := fs.Int("keys", 1000, "distinct keys")
@@ -67,10 +71,8 @@ func run(argv []string, stdout io.Writer) error {
 	if err := fs.Parse(argv); err != nil {
 		return err
 	}
-	switch *mode {
-	case "set-direct", "set-batched", "hset-batched", "script-batched", "script-direct", "set-pipe1", "script-pipe1":
-	default:
-		return fmt.Errorf("-mode %q: not a mode (see -h)", *mode)
+	if !slices.Contains(modes, *mode) {
+		return fmt.Errorf("-mode %q: not a mode (one of %s)", *mode, strings.Join(modes, ", "))
 	}
 	if *conc < 1 || *n < 1 || *k < 1 || *senders < 1 {
 		return fmt.Errorf("-concurrency, -events, -keys and -pipelines must be at least 1")

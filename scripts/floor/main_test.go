@@ -22,7 +22,7 @@ func TestFloorModesWriteEveryEvent(t *testing.T) {
 	defer rdb.Close()
 	ctx := context.Background()
 	const events, keys = 300, 7
-	for _, mode := range []string{"set-direct", "set-batched", "hset-batched", "script-batched", "script-direct", "set-pipe1", "script-pipe1"} {
+	for _, mode := range modes {
 		for _, conc := range []int{1, 8} {
 			prefix := fmt.Sprintf("%s%s-%d:", testenv.Prefix(t), mode, conc)
 			var out bytes.Buffer
