@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Instructions redis-server spends per joined event in join_many.lua (eight
 # events of payload last or accumulate to a call, each joining a pending
-# hash-layout round), or with `held` per opening in open_held_many.lua (eight
+# hash-layout round; with accumulate-new each event brings a new item, as
+# every event of `coalesce bench`'s accumulate row does: keep calls below
+# ~110 so that the rounds stay listpacks, as that row's do), or with `held` per opening in open_held_many.lua (eight
 # events to a call, each opening a new key's round held in Redis, with a
 # 330-byte identity), counted by callgrind: repeatable whatever else the
 # machine is doing, unlike CPU time. Used for issue 25's fourth and fifth
 # passes (docs/performance.md). Needs valgrind, redis-server, redis-cli and
 # redis-benchmark on PATH.
 #
-#   scripts/join-cost.sh [last|accumulate|held] [calls]
+#   scripts/join-cost.sh [last|accumulate|accumulate-new|held] [calls]
 #
 # Prints the instructions per call and per event, less those of the same
 # number of calls of `return 0` with the same arguments. --hz 1 keeps the
@@ -75,9 +77,14 @@ run() { # $1: script text; prints the program's total instructions
         a '{"tenant_id":"tenant-9","seq":299}' z 0 m 1 'i{"tenant_id":"tenant-9","seq":2999}' 1 q 1 >/dev/null
     done
     redis-cli -p "$port" zadd due 1 x >/dev/null
-    local ev='{"tenant_id":"tenant-9","seq":2999}' now=1796656532243
-    redis-benchmark -p "$port" -c 1 -n "$calls" -q evalsha "$sha" 9 due r1 r2 r3 r4 r5 r6 r7 r8 \
-      1 0 0 "$payload" 0 $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" >/dev/null 2>&1
+    local ev='{"tenant_id":"tenant-9","seq":2999}' now=1796656532243 p=$payload
+    if [ "$payload" = accumulate-new ]; then
+      # A new item every event (redis-benchmark draws each __rand_int__
+      # apart), short of max items.
+      ev='{"tenant_id":"tenant-9","seq":__rand_int__}' p=accumulate
+    fi
+    redis-benchmark -p "$port" -c 1 -n "$calls" -r 1000000000 -q evalsha "$sha" 9 due r1 r2 r3 r4 r5 r6 r7 r8 \
+      1 0 0 "$p" 1000000 $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" $now "$ev" >/dev/null 2>&1
     # Every call joined all eight rounds (a count of 3 + calls), or the
     # count measured something else.
     if [ "$1" != 'return 0' ] && [ "$(redis-cli -p "$port" hget r1 n)" != "$((3 + calls))" ]; then
@@ -88,6 +95,8 @@ run() { # $1: script text; prints the program's total instructions
   fi
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
   wait "$pid" 2>/dev/null || true
+  # KEEP_CG=prefix keeps each run's callgrind file (callgrind_annotate).
+  [ -n "${KEEP_CG:-}" ] && cp "$work/cg.out" "$KEEP_CG.$(date +%s%N)"
   awk '/^(summary|totals):/ {print $2; exit}' "$work/cg.out"
 }
 
