@@ -76,8 +76,9 @@ type Kill struct {
 }
 
 // unflushedWindow bounds how long after its answer, before its producer's
-// SIGKILL, a locally joined event may still wait for its flush (2 ms, plus
-// the flush's round trip under the scenarios' injected latency).
+// SIGKILL, a locally joined event may still wait for its flush (the flush
+// interval, 50 ms by default since issue 25's eighth pass and 2 ms before,
+// plus the flush's round trip under the scenarios' injected latency).
 const unflushedWindow = int64(250 * time.Millisecond)
 
 // Causes of a concurrent duplicate round (I2).
