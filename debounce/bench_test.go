@@ -48,10 +48,13 @@ func BenchmarkSubmit(b *testing.B) {
 		"debounce_accumulate": {Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, Payload: debounce.PayloadAccumulate, ItemField: "order", MaxItems: 1 << 20, KeyFields: []string{"tenant_id"}},
 		"debounce_last":       {Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, Payload: debounce.PayloadLast, KeyFields: []string{"tenant_id"}},
 		"dedup":               {Type: "t", Mode: debounce.ModeDedup, KeyFields: []string{"tenant_id"}},
+		// Payload last joined by one SET XX of the round's payload key
+		// (lastkey.go) once this process knows the round.
+		"debounce_last_on": {Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, Payload: debounce.PayloadLast, KeyFields: []string{"tenant_id"}, LocalJoins: debounce.LocalJoinsOn},
 		// The same as debounce, every event to Redis (local joins off).
 		"debounce_redis": {Type: "t", Mode: debounce.ModeDebounce, Window: time.Hour, KeyFields: []string{"tenant_id"}, LocalJoins: debounce.LocalJoinsOff},
 	}
-	for _, name := range []string{"debounce", "debounce_redis", "debounce_extend", "debounce_last", "debounce_accumulate", "dedup"} {
+	for _, name := range []string{"debounce", "debounce_redis", "debounce_extend", "debounce_last", "debounce_last_on", "debounce_accumulate", "dedup"} {
 		for _, path := range []string{"coalesced", "scheduled"} {
 			b.Run(name+"/"+path, func(b *testing.B) {
 				c, _ := benchCoalescer(b, policies[name])

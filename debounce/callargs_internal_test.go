@@ -225,3 +225,39 @@ func FuzzCallArgsWire(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSetXXWire: a payload key's SET XX built in one allocation
+// (newSetXX, by reference or as text) sends what go-redis's own SET key
+// value XX KEEPTTL sends, byte for byte, alone and in a pipeline.
+func FuzzSetXXWire(f *testing.F) {
+	f.Add([]byte(`{"tenant_id":"t-1","seq":2}`), "b{k}a8290281888981298547")
+	f.Add([]byte{}, "")
+	f.Add([]byte("\x00\r\n$3\r\n"), "a\r\nb")
+	f.Add([]byte(nil), "{tag}"+strings.Repeat("k", 300))
+	rec := newRESPRecorder(f)
+	rdb := redis.NewClient(&redis.Options{Addr: rec.ln.Addr().String(), DisableIdentity: true, MaxRetries: -1, PoolSize: 1})
+	f.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, data []byte, key string) {
+		rdb.Do(ctx, "set", key, data, "xx", "keepttl")
+		want := <-rec.cmds
+		for _, byRef := range []bool{true, false} {
+			sc := newSetXX(key, data, byRef)
+			plainSetXX.Run(ctx, rdb, sc.keys[:], sc.self[:]...)
+			pipe := rdb.Pipeline()
+			plainSetXX.queue(ctx, pipe, sc.keys[:], sc.self[:])
+			_, _ = pipe.Exec(ctx)
+			for _, how := range []string{"alone", "in a pipeline"} {
+				got := <-rec.cmds
+				if len(got) != len(want) {
+					t.Fatalf("by reference %v, %s: %d arguments sent, go-redis sends %d: %q vs %q", byRef, how, len(got), len(want), got, want)
+				}
+				for i := range want {
+					if !bytes.Equal(got[i], want[i]) {
+						t.Errorf("by reference %v, %s: argument %d: %q, go-redis sends %q", byRef, how, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	})
+}

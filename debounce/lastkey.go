@@ -58,14 +58,51 @@ func (p *compiled) lastKeyed() bool {
 }
 
 // setXX is a plain SET key value XX sent like a script call (batch.go):
-// args: the value.
+// args: the value, or one *setXXCall (writeLast) that holds the whole
+// command.
 type setXX struct{}
 
 var plainSetXX setXX
 
-// KEEPTTL: a SET without it would drop the key's expiry (the round's).
-func (setXX) queue(ctx context.Context, pipe redis.Pipeliner, keys []string, args []any) *redis.Cmd {
-	return pipe.Do(ctx, "set", keys[0], args[0], "xx", "keepttl")
+// setXXCall is one SET XX KEEPTTL of a payload key, its keys and arguments
+// in one allocation: the key and the value by reference (callargs.go) on a
+// client that sends every command to one server, where payload keys are
+// allowed (a Cluster refuses local_joins on). Built as go-redis's variadic
+// calls build it, the write cost seven allocations more per event: the
+// payload key's text, its boxing, the value's, the key slice and two
+// argument slices.
+type setXXCall struct {
+	keys [1]string
+	self [1]any // the batch call's arguments: the call itself
+	argv [5]any // the command
+	key  strRef
+	val  bytesRef
+}
+
+// newSetXX builds the write of args to the payload key pkey; byRef: the
+// key goes by reference (a *redis.Client), else as its text.
+func newSetXX(pkey string, args []byte, byRef bool) *setXXCall {
+	sc := &setXXCall{keys: [1]string{pkey}, key: strRef(pkey), val: args}
+	sc.self[0] = sc
+	var k any = &sc.key
+	if !byRef {
+		k = pkey
+	}
+	// KEEPTTL: a SET without it would drop the key's expiry (the round's).
+	sc.argv = [5]any{"set", k, &sc.val, "xx", "keepttl"}
+	return sc
+}
+
+// command is the SET of keys and args as a batch call gives them.
+func (setXX) command(keys []string, args []any) []any {
+	if sc, ok := args[0].(*setXXCall); ok && len(args) == 1 {
+		return sc.argv[:]
+	}
+	return []any{"set", keys[0], args[0], "xx", "keepttl"}
+}
+
+func (s setXX) queue(ctx context.Context, pipe redis.Pipeliner, keys []string, args []any) *redis.Cmd {
+	return pipe.Do(ctx, s.command(keys, args)...)
 }
 
 func (s setXX) EvalSha(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
@@ -83,7 +120,7 @@ func (s setXX) Run(ctx context.Context, c redis.Scripter, keys []string, args ..
 	if d, ok := c.(interface {
 		Do(ctx context.Context, args ...any) *redis.Cmd
 	}); ok {
-		return d.Do(ctx, "set", keys[0], args[0], "xx", "keepttl")
+		return d.Do(ctx, s.command(keys, args)...)
 	}
 	cmd := redis.NewCmd(ctx)
 	cmd.SetErr(errors.New("set xx: the client cannot send commands"))
@@ -95,8 +132,11 @@ func (s setXX) Run(ctx context.Context, c redis.Scripter, keys []string, args ..
 // gone. A write its replicas did not confirm (acks switched on since the
 // caller looked) is an error: the event goes through the script, which
 // handles the doubt (it writes the args again, no harm for payload last).
-func (c *Coalescer) writeLast(ctx context.Context, rkey string, token Token, args []byte) (bool, error) {
-	cmd, doubt := c.evalDoubt(ctx, plainSetXX, []string{payloadKey(rkey, token)}, args)
+// pkey is the round's payload key (localRound.pkey: made once per round).
+func (c *Coalescer) writeLast(ctx context.Context, pkey string, args []byte) (bool, error) {
+	_, byRef := c.rdb.(*redis.Client)
+	sc := newSetXX(pkey, args, byRef)
+	cmd, doubt := c.evalDoubt(ctx, plainSetXX, sc.keys[:], sc.self[:]...)
 	if doubt != nil {
 		return false, doubt
 	}

@@ -133,6 +133,7 @@ type localRound struct {
 	lk      localKey
 	token   Token
 	rkey    string // the Redis key the token belongs to
+	pkey    string // its payload key (lastkey.go), with payload last keyed
 	hash    bool   // hash layout (an extended round)
 	outcome Outcome
 	opened  time.Time // the round's first event (extend: the max-wait base)
@@ -355,12 +356,12 @@ func (c *Coalescer) joinLocal(ctx context.Context, p *compiled, key RoundKey, ev
 		if p.Payload == PayloadLast {
 			// Answered once its args are in the round's payload key
 			// (lastkey.go), written without the shard's lock held.
-			tok, rkey := lr.token, lr.rkey
+			tok, pkey := lr.token, lr.pkey
 			sh.mu.Unlock()
 			if c.repl.active(ctx) {
 				return d, false, nil // acks: through the script, which handles a doubt
 			}
-			wrote, err := c.writeLast(ctx, rkey, tok, ev.Args)
+			wrote, err := c.writeLast(ctx, pkey, ev.Args)
 			if err != nil {
 				// To Redis as an ordinary event, which fails or bypasses
 				// as the policy says (a write that landed all the same
@@ -447,6 +448,9 @@ func (c *Coalescer) learn(lr *localRound, p *compiled, d Decision, r reply) {
 		return
 	}
 	lr.token, lr.rkey, lr.hash = r.token, r.rkey, r.token.isHashToken()
+	if p.lastKeyed() {
+		lr.pkey = payloadKey(r.rkey, r.token)
+	}
 	lr.outcome = d.Outcome
 	switch d.Outcome {
 	case OutcomeScheduled, OutcomeExtended:
