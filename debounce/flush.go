@@ -185,17 +185,21 @@ type flushCall struct {
 // applied to (MARKER_MARGIN in flush_packed.lua and flush_round.lua).
 const markerMargin = time.Minute
 
-// assistAfter: a queue older than this many flush intervals is late.
-const assistAfter = 5
+// assistLate: a queue that has waited this long past its flush interval is
+// late. A bound of its own, not a multiple of the interval: the guard keeps
+// flushMargin (50 ms) past the interval for the flush, so a starved flusher
+// must be helped well within it, whatever the interval (five intervals were
+// 10 ms at 2 ms, and would be 250 ms at the 50 ms default).
+const assistLate = 20 * time.Millisecond
 
 // assistFlush flushes on the caller's goroutine when the queue has waited
-// more than assistAfter flush intervals and no flush is under way: a process
-// whose goroutines keep every CPU busy answering events locally would
-// otherwise starve the flusher, and the flush interval would not hold.
+// more than the flush interval plus assistLate and no flush is under way: a
+// process whose goroutines keep every CPU busy answering events locally
+// would otherwise starve the flusher, and the flush interval would not hold.
 func (c *Coalescer) assistFlush() {
 	ls := c.local
 	at := ls.queuedAt.Load()
-	if at == 0 || ls.failing.Load() || time.Since(ls.base)-time.Duration(at) < assistAfter*ls.every {
+	if at == 0 || ls.failing.Load() || time.Since(ls.base)-time.Duration(at) < ls.every+assistLate {
 		return
 	}
 	if !ls.tryLock() {
