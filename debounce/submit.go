@@ -473,6 +473,7 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 		args = append(args, a.uint(open), a.int(expiry), a.int(nowMs), p.lifeArg)
 	}
 	var res []int64
+	var opened [3]int64 // an opening's reply, made here (no allocation)
 	var err, doubt error
 	var replayed bool
 	if id == nil {
@@ -481,7 +482,8 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 		if st, ok := cmd.Val().(int64); ok && cmd.Err() == nil {
 			// An opening answers with its status alone (open_packed.lua):
 			// its value and expiry are the ones sent.
-			res = []int64{st, int64(open), expiry}
+			opened = [3]int64{st, int64(open), expiry}
+			res = opened[:]
 		} else {
 			res, err = cmd.Int64Slice()
 		}
@@ -492,7 +494,8 @@ func (c *Coalescer) openPacked(ctx context.Context, p *compiled, job Job, now ti
 		return reply{}, err
 	}
 	if len(res) != 3 {
-		return reply{}, fmt.Errorf("open_packed: unexpected reply %v", res)
+		// A copy in the error: res itself stays on the stack.
+		return reply{}, fmt.Errorf("open_packed: unexpected reply %v", append([]int64(nil), res...))
 	}
 	v, exp := packed(res[1]), res[2]
 	r := reply{
