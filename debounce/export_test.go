@@ -14,6 +14,14 @@ func HoldFlushes(c *Coalescer) (release func()) {
 	return func() { c.local.held.Store(false) }
 }
 
+// StarveFlusher makes c's background flusher skip its flushes, as one that
+// gets no CPU would, until the returned func is called; unlike HoldFlushes,
+// a submitting goroutine may still flush for it (assistFlush).
+func StarveFlusher(c *Coalescer) (release func()) {
+	c.local.starved.Store(true)
+	return func() { c.local.starved.Store(false) }
+}
+
 // HoldBatch makes c's Redis calls wait in its batch queue, one sender
 // taking them, until release: queued(n) waits until n calls are under way;
 // released, they go out in one pipeline (batch.go, merge.go).

@@ -86,7 +86,7 @@ func (c *Coalescer) flushLoop() {
 			continue
 		}
 		time.Sleep(max(ls.every, backoff))
-		if ls.held.Load() {
+		if ls.held.Load() || ls.starved.Load() {
 			continue
 		}
 		if err := c.flushLocal(context.Background()); err != nil {

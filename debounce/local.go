@@ -210,6 +210,7 @@ type localState struct {
 	running bool           // a flusher goroutine is running
 	wake    chan struct{}
 	held    atomic.Bool // tests: the background flusher waits (HoldFlushes)
+	starved atomic.Bool // tests: the background flusher skips its flushes, assists do not (StarveFlusher)
 	failing atomic.Bool // the last flush got no reply: no local answers until one does
 
 	base     time.Time    // queuedAt counts from it (monotonic)
