@@ -4,9 +4,9 @@
 # hash-layout round; with accumulate-new each event brings a new item, as
 # every event of `coalesce bench`'s accumulate row does: keep calls below
 # ~110 so that the rounds stay listpacks, as that row's do), or with `held`
-# per opening in open_held_many.lua (eight events to a call, each opening a new key's round held in Redis, with a
-# 330-byte identity), counted by callgrind: repeatable whatever else the
-# machine is doing, unlike CPU time. Used for issue 25's fourth and fifth
+# per opening in open_held_many.lua (eight events to a call, each opening a
+# new key's round held in Redis, with a 330-byte identity), counted by
+# callgrind: repeatable whatever else the machine is doing, unlike CPU time. Used for issue 25's fourth and fifth
 # passes (docs/performance.md). Needs valgrind, redis-server, redis-cli and
 # redis-benchmark on PATH.
 #
