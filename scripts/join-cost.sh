@@ -6,9 +6,9 @@
 # ~110 so that the rounds stay listpacks, as that row's do), or with `held`
 # per opening in open_held_many.lua (eight events to a call, each opening a
 # new key's round held in Redis, with a 330-byte identity), counted by
-# callgrind: repeatable whatever else the machine is doing, unlike CPU time. Used for issue 25's fourth and fifth
-# passes (docs/performance.md). Needs valgrind, redis-server, redis-cli and
-# redis-benchmark on PATH.
+# callgrind: repeatable whatever else the machine is doing, unlike CPU time.
+# Used for issue 25's fourth to eighth passes (docs/performance.md). Needs
+# valgrind, redis-server, redis-cli and redis-benchmark on PATH.
 #
 #   scripts/join-cost.sh [last|accumulate|accumulate-new|held] [calls]
 #
