@@ -12,6 +12,12 @@
 # as the Redis of docs/performance.md's rows: start it with --appendonly yes;
 # a JetStream schedule each without one) unless SCHEDULES=redis|jetstream
 # says.
+#
+# BASE=path/to/an/older/coalesce adds a before/after comparison: each
+# repetition runs Asynq, then BASE and COALESCE in an order swapped every
+# repetition (a pair's second run is often the slower one on a noisy
+# machine), and the line gets a fifth field, BASE's JSON. bench-ratios.py
+# then adds BASE's ratio to Asynq and the median of the new/BASE pairs.
 set -u
 REDIS_PORT=${REDIS_PORT:-7911}
 NATS_URL=${NATS_URL:-nats://127.0.0.1:14343}
@@ -20,6 +26,7 @@ COALESCE=${COALESCE:-coalesce}
 REPS=${REPS:-3}
 ROWS=${ROWS:-}
 SCHEDULES=${SCHEDULES:-}
+BASE=${BASE:-}
 # name events keys concurrency asynq-mode coalesce-flags
 WORKLOADS=(
   "storm-c50 200000 100 50 taskid --payload first"
@@ -44,9 +51,24 @@ for rep in $(seq "$REPS"); do
     if [ -n "$ROWS" ] && [[ " $ROWS " != *" $name "* ]]; then continue; fi
     redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null; redis-cli -p "$REDIS_PORT" SCRIPT FLUSH >/dev/null
     a=$("$ASYNQ" -port "$REDIS_PORT" -mode "$amode" -concurrency "$conc" -events "$events" -keys "$keys" -ttl 300s 2>/dev/null | tail -1)
-    redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null; redis-cli -p "$REDIS_PORT" SCRIPT FLUSH >/dev/null
-    c=$("$COALESCE" bench --redis "redis://127.0.0.1:$REDIS_PORT/0" --nats "$NATS_URL" \
-      --events "$events" --keys "$keys" --concurrency "$conc" --window 5m ${SCHEDULES:+--schedules "$SCHEDULES"} "$@" 2>/dev/null | tail -1)
-    echo "$rep|$name|$a|$c"
+    run() { # $1: the coalesce binary; the workload's flags follow
+      local bin=$1
+      shift
+      redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null; redis-cli -p "$REDIS_PORT" SCRIPT FLUSH >/dev/null
+      "$bin" bench --redis "redis://127.0.0.1:$REDIS_PORT/0" --nats "$NATS_URL" \
+        --events "$events" --keys "$keys" --concurrency "$conc" --window 5m ${SCHEDULES:+--schedules "$SCHEDULES"} "$@" 2>/dev/null | tail -1
+    }
+    if [ -z "$BASE" ]; then
+      c=$(run "$COALESCE" "$@")
+      echo "$rep|$name|$a|$c"
+    elif [ $((rep % 2)) = 1 ]; then
+      b=$(run "$BASE" "$@")
+      c=$(run "$COALESCE" "$@")
+      echo "$rep|$name|$a|$c|$b"
+    else
+      c=$(run "$COALESCE" "$@")
+      b=$(run "$BASE" "$@")
+      echo "$rep|$name|$a|$c|$b"
+    fi
   done
 done
